@@ -1,0 +1,1 @@
+"""x86 and arm-cpu targets on llvmlite."""

@@ -1,0 +1,107 @@
+"""Plugin discovery: entry points of group "tunekit", loaded one at a time so
+that a broken plugin is reported and skipped instead of stopping the others."""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass
+
+import pluggy
+
+from . import _hookspecs
+
+hookimpl = pluggy.HookimplMarker("tunekit")
+GROUP = "tunekit"
+
+
+@dataclass
+class BrokenPlugin:
+    name: str
+    dist: str
+    version: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.name!r} ({self.dist} {self.version}) failed to load: {self.error}"
+
+
+class Plugins:
+    """The plugin manager plus what failed to load."""
+
+    def __init__(self):
+        self.pm = pluggy.PluginManager("tunekit")
+        self.pm.add_hookspecs(_hookspecs)
+        self.broken: list[BrokenPlugin] = []
+        self.versions: dict[str, tuple[str, str]] = {}
+        from . import __version__
+        from .ops import library
+        self.register(library, "tunekit.ops", ("tunekit", __version__))
+        if os.environ.get("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "").strip() not in ("", "0"):
+            return
+        blocked = {b.strip() for b in os.environ.get("TUNEKIT_BLOCK_PLUGINS", "").split(",") if b.strip()}
+        for ep in importlib.metadata.entry_points(group=GROUP):
+            dist = getattr(ep, "dist", None)
+            dname, version = (dist.name, dist.version) if dist else ("?", "?")
+            if ep.name in blocked or self.pm.has_plugin(ep.name):
+                continue
+            try:
+                module = ep.load()
+                self.register(module, ep.name, (dname, version))
+            except Exception as e:  # a broken plugin must not stop the others
+                self.broken.append(BrokenPlugin(ep.name, dname, version, f"{type(e).__name__}: {e}"))
+
+    def register(self, plugin, name: str, version: tuple[str, str] = ("", "")) -> None:
+        self.pm.register(plugin, name=name)
+        self.versions[name] = version
+        _reset_registry()
+
+    def unregister(self, name: str) -> None:
+        self.pm.unregister(name=name)
+        self.versions.pop(name, None)
+        _reset_registry()
+
+    def results(self, hook: str):
+        """Yield (plugin name, result) for every implementation of a discovery hook."""
+        for impl in getattr(self.pm.hook, hook).get_hookimpls():
+            try:
+                res = impl.function()
+            except Exception as e:
+                dist, version = self.versions.get(impl.plugin_name, ("?", "?"))
+                self.broken.append(BrokenPlugin(impl.plugin_name, dist, version,
+                                                f"{hook}() raised {type(e).__name__}: {e}"))
+                continue
+            if res is not None:
+                yield impl.plugin_name, res
+
+
+_PLUGINS: Plugins | None = None
+
+
+def plugins() -> Plugins:
+    """The process-wide plugin manager (created, and entry points loaded, on first use)."""
+    global _PLUGINS
+    if _PLUGINS is None:
+        _PLUGINS = Plugins()
+    return _PLUGINS
+
+
+def register(plugin, name: str) -> None:
+    """Register a plugin (a module or object with hookimpls) under `name`."""
+    plugins().register(plugin, name)
+
+
+def unregister(name: str) -> None:
+    """Remove the plugin registered under `name`."""
+    plugins().unregister(name)
+
+
+def reload() -> None:
+    """Forget every plugin and discover them again (after installing one, or in tests)."""
+    global _PLUGINS
+    _PLUGINS = None
+    _reset_registry()
+
+
+def _reset_registry() -> None:
+    from . import _registry
+    _registry.reset()

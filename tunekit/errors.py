@@ -1,0 +1,30 @@
+"""Every error tunekit raises on purpose derives from `TunekitError`; its message says
+what failed, on which thing, why, and what to do next."""
+
+
+class TunekitError(Exception):
+    """Base of tunekit's errors."""
+
+
+class PluginError(TunekitError):
+    """A plugin could not be loaded, or two plugins clash."""
+
+
+class RecipeError(TunekitError):
+    """A recipe file or dict is invalid; the message lists each bad field."""
+
+
+class ScheduleError(TunekitError):
+    """A schedule primitive was misused."""
+
+
+class SpaceError(TunekitError):
+    """A config space or config index is invalid."""
+
+
+class BuildError(TunekitError):
+    """Code generation or compilation failed."""
+
+
+class UnknownComponent(TunekitError):
+    """No installed plugin provides the named component."""

@@ -1,0 +1,124 @@
+"""The Target contract: code generation and execution for one kind of hardware."""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from .component import Component
+from .ir import Program
+
+
+@dataclass
+class DeviceInfo:
+    """Facts about the device that templates read to shape their spaces."""
+    name: str
+    family: str                        #: "cpu" or "gpu"
+    vector_bits: int = 128             #: SIMD width (CPU) or preferred vector width (GPU)
+    cores: int = 1                     #: cores (CPU) or multiprocessors (GPU)
+    l1_bytes: int = 32 << 10
+    l2_bytes: int = 1 << 20
+    max_threads_per_block: int = 0
+    max_shared_memory: int = 0
+    warp_size: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """A stable hash of these facts: history is only shared between equal devices."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+    def lanes(self, dtype: str = "float32") -> int:
+        """Vector lanes of `dtype` in one SIMD register."""
+        bits = int("".join(c for c in dtype if c.isdigit()) or 32)
+        return max(1, self.vector_bits // bits)
+
+
+@dataclass
+class Artifact:
+    """A compiled kernel; picklable so it travels from a build worker to a runner.
+    `data` is what the target needs to load it (object code, PTX, source)."""
+    target: str
+    entry: str
+    data: bytes | str
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunSettings:
+    """How to time a kernel (from the recipe's [measure] section)."""
+    number: int = 4            #: runs per timed repeat (their mean is one cost)
+    repeat: int = 3            #: timed repeats (one cost each)
+    min_repeat_ms: float = 50  #: raise `number` until one repeat lasts this long
+    warmup: int = 1            #: untimed runs first
+    flush_cache: bool = False  #: evict caches before each repeat
+
+
+class Target(Component):
+    """A hardware backend: turns a loop-IR Program into a kernel and runs it.
+
+    Orchestration (processes, timeouts, correctness checks) belongs to the core;
+    a target only compiles, loads and times.
+    """
+
+    #: "cpu" or "gpu": which family of templates serves this target.
+    family: ClassVar[str]
+
+    def device(self) -> DeviceInfo:
+        """Describe the device this target compiles for (may be called often: cache it)."""
+        raise NotImplementedError
+
+    def build(self, program: Program) -> Artifact:
+        """Generate code for `program` and compile it.
+
+        Runs in a build worker process; must not need the device.
+        Raises:
+            tunekit.errors.BuildError: the program cannot be compiled (say why).
+        """
+        raise NotImplementedError
+
+    def load(self, artifact: Artifact) -> Callable[..., None]:
+        """Load `artifact` and return a function taking the kernel's arrays (the
+        program's params, in order) that runs it once, writing outputs in place."""
+        raise NotImplementedError
+
+    def run(self, artifact: Artifact, args: list[Any], settings: RunSettings) -> list[float]:
+        """Time `artifact` on `args` (the kernel's arrays, outputs written in place).
+
+        Returns:
+            `settings.repeat` costs, each the mean seconds of one run in a repeat.
+        The default times the function from `load` with the host clock; GPU targets
+        override it with device events.
+        """
+        fn = self.load(artifact)
+        for _ in range(settings.warmup):
+            fn(*args)
+        number = settings.number
+        if settings.min_repeat_ms > 0:
+            t0 = time.perf_counter()
+            fn(*args)
+            one = max(time.perf_counter() - t0, 1e-7)
+            number = max(number, int(np.ceil(settings.min_repeat_ms / 1e3 / one)))
+        costs = []
+        for _ in range(settings.repeat):
+            if settings.flush_cache:
+                flush_cpu_cache()
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn(*args)
+            costs.append((time.perf_counter() - t0) / number)
+        return costs
+
+
+_FLUSH: np.ndarray | None = None
+
+
+def flush_cpu_cache(nbytes: int = 64 << 20) -> None:
+    """Evict the CPU caches by writing a buffer larger than them."""
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = np.empty(nbytes // 8, np.float64)
+    _FLUSH += 1.0

@@ -1,0 +1,82 @@
+"""A tuning task: one op with concrete arguments, on one target, through one template."""
+from __future__ import annotations
+
+from functools import cached_property
+
+from . import te
+from ._registry import registry
+from .errors import TunekitError
+from .space import ConfigEntity, ConfigSpace
+
+
+class Task:
+    """An op and its arguments (`Task("matmul", dict(M=..., N=..., K=...))`), or a
+    named workload (`Task(workload="resnet18.C6")`); `template` picks one by name."""
+
+    def __init__(self, op: str | None = None, args: dict | None = None, *, workload: str | None = None,
+                 template: str | None = None):
+        reg = registry()
+        if workload is not None:
+            op, wargs = reg.workload(workload)
+            args = {**wargs, **(args or {})}
+        if op is None:
+            raise TunekitError("a task needs an op (with args) or a workload name")
+        self.workload = workload
+        self.op = reg.op(op)
+        self.args = self.op.canonical(args or {})
+        self.template_name = template
+        self.key = self.op.key(self.args)
+
+    @property
+    def name(self) -> str:
+        return self.workload or f"{self.op.name}({', '.join(f'{k}={v}' for k, v in self.args.items())})"
+
+    @property
+    def flops(self) -> int:
+        return self.op.flops(**self.args)
+
+    def __repr__(self) -> str:
+        return f"Task({self.name})"
+
+    def bind(self, target) -> BoundTask:
+        """This task on `target`: its template, space and programs."""
+        return BoundTask(self, target)
+
+
+def pick_template(op: str, target, name: str | None = None):
+    """The template for `op` on `target`: the one named, else the highest priority."""
+    cands = [t for t in registry().templates if t.op == op and t.serves(target)]
+    if name is not None:
+        named = [t for t in cands if t.name == name]
+        if not named:
+            raise TunekitError(f"no template {name!r} for op {op!r} on target {target.name!r} "
+                               f"(available: {', '.join(t.name for t in cands) or 'none'})")
+        return named[0]
+    if not cands:
+        raise TunekitError(f"no schedule template for op {op!r} on target {target.name!r}; "
+                           "install a plugin that provides one")
+    return max(cands, key=lambda t: t.priority)
+
+
+class BoundTask:
+    """A task on a target: the template, its config space, and lowering."""
+
+    def __init__(self, task: Task, target):
+        self.task, self.target = task, target
+        self.template = pick_template(task.op.name, target, task.template_name)
+        self.device = target.device()
+
+    @cached_property
+    def space(self) -> ConfigSpace:
+        space = ConfigSpace()
+        self.template.fn(space, self.device, **self.task.args)
+        return space
+
+    def schedule(self, index: int):
+        cfg: ConfigEntity = self.space.get(index)
+        return self.template.fn(cfg, self.device, **self.task.args)
+
+    def program(self, index: int):
+        """Lower config `index` to a loop-IR Program."""
+        s, tensors = self.schedule(index)
+        return te.lower(s, tensors, name=f"{self.task.op.name}_{index}")

@@ -1,0 +1,299 @@
+"""Lowering: a schedule becomes a loop-IR `Program`.
+
+Each stage becomes a loop nest over its leaf loops; split/fuse relations give
+the value of every original axis; tails of uneven splits are guarded. A stage
+attached with compute_at is placed inside its consumer's loop and computes only
+the region that loop needs (bound inference), in a buffer of that size.
+Reductions get their initialization just above their first reduction loop.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..errors import ScheduleError
+from . import bound
+from .schedule import Fuse, Schedule, Split, Stage
+from .tensor import REDUCE, Reduce, Tensor, TensorLoad
+
+_INIT = {"sum": lambda dt: ir.const(0 if dt.startswith("int") else 0.0, dt),
+         "max": lambda dt: ir.const(-(2 ** 31) if dt.startswith("int") else float("-inf"), dt)}
+
+
+def _combine(comb: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return a + b if comb == "sum" else ir.max_(a, b)
+
+
+def _flat(indices, shape) -> ir.Expr:
+    out = ir.const(0)
+    for i, d in zip(indices, shape):
+        out = out * d + i
+    form = bound.affine(out)
+    return out if form is None else bound.to_expr(form)
+
+
+class _Lowering:
+    def __init__(self, sch: Schedule, args: list[Tensor]):
+        self.sch = sch
+        self.stages = [s for s in sch.stages if s.attach != "inline"]
+        self.inline = {s.op for s in sch.stages if s.attach == "inline"}
+        self.stage_of = {s.op.output: s for s in self.stages}
+        self.buffers: dict[Tensor, ir.Buffer] = {t: ir.Buffer(t.name, t.shape, t.dtype) for t in args}
+        self.ext: dict = {}
+        self.values: dict[Stage, dict] = {}
+        self.root_min: dict[Stage, list[dict]] = {}
+        self.root_ext: dict[Stage, list[int]] = {}
+        self.guards: dict[Stage, list[ir.Expr]] = {}
+        self.bodies = {s: self._expand_inline(s.op.body) for s in self.stages}
+        for s in reversed(self.stages):
+            self._infer(s)
+
+    # -- analysis -------------------------------------------------------------
+    def _expand_inline(self, expr):
+        inline = self.inline
+
+        class M(ir.Mutator):
+            def visit_TensorLoad(self_, node):
+                node = self_.generic_visit(node)
+                op = node.tensor.op
+                if op in inline:
+                    return self_.visit(ir.substitute(op.body, dict(zip(op.axis, node.indices))))
+                return node
+        return M().visit(expr)
+
+    def _fixed_vars(self, stage: Stage, iv) -> list:
+        """Loop vars bound outside and at `iv` of `stage` (including its own parents)."""
+        out = stage.leaf[:stage.leaf.index(iv) + 1]
+        if isinstance(stage.attach, tuple):
+            out = self._fixed_vars(*stage.attach) + out
+        return out
+
+    def _root_values(self, q: Stage) -> dict:
+        vals = {}
+        for a, mn, v in zip(q.op.axis, self.root_min[q], [self.values[q][a] for a in q.op.axis]):
+            vals[a] = bound.to_expr(mn) + v
+        for a in q.op.reduce_axis:
+            vals[a] = self.values[q][a]
+        return vals
+
+    def _region(self, s: Stage):
+        parent, iv = s.attach
+        fixed = set(self._fixed_vars(parent, iv))
+        if s.scope == "shared":   # one copy per block: it spans every thread's needs
+            fixed = {v for v in fixed if self._tag(v) in (None, "vthread") or self._tag(v).startswith("blockIdx")}
+        t = s.op.output
+        accesses = []
+        for q in self.stages:
+            if q is s or t not in _tensors_read(self.bodies[q]):
+                continue
+            vals = self._root_values(q)
+            for load in _loads_of(self.bodies[q], t):
+                accesses.append([ir.substitute(i, vals) for i in load.indices])
+        mins, exts, guards = [], [], []
+        for d, size in enumerate(t.shape):
+            rng = [bound.access_range(a[d], {v: self.ext[v] for v in ir.free_vars(a[d]) if v not in fixed}, {})
+                   for a in accesses]
+            start, extent = _union(rng)
+            if start is None or extent >= size:
+                mins.append({None: 0}), exts.append(size), guards.append(False)
+                continue
+            hi = bound.max_value(start, self.ext)
+            mins.append(start), exts.append(extent)
+            guards.append(hi is None or hi + extent > size)
+        return mins, exts, guards
+
+    def _tag(self, v):
+        for st in self.stages:
+            if v in st.annotations:
+                k, tag = st.annotations[v]
+                return tag if k == ir.THREAD else None
+        return None
+
+    def _infer(self, s: Stage) -> None:
+        op = s.op
+        if s.attach is None:
+            mins, exts, rguards = [{None: 0}] * len(op.axis), [a.extent for a in op.axis], [False] * len(op.axis)
+        else:
+            mins, exts, rguards = self._region(s)
+        self.root_min[s], self.root_ext[s] = mins, exts
+        for a, e in zip(op.axis, exts):
+            self.ext[a] = e
+        for a in op.reduce_axis:
+            self.ext[a] = a.extent
+        for r in s.relations:
+            if isinstance(r, Split):
+                self.ext[r.inner] = min(r.factor, self.ext[r.parent])
+                self.ext[r.outer] = -(-self.ext[r.parent] // self.ext[r.inner])
+            else:
+                self.ext[r.fused] = self.ext[r.outer] * self.ext[r.inner]
+        vals = {iv: iv for iv in s.leaf}
+        guards = []
+        for r in reversed(s.relations):
+            if isinstance(r, Split):
+                f = self.ext[r.inner]
+                vals[r.parent] = vals[r.outer] * f + vals[r.inner]
+                if self.ext[r.parent] % f:
+                    guards.append(_simplify(vals[r.parent]) < self.ext[r.parent])
+            else:
+                vals[r.outer] = vals[r.fused] // self.ext[r.inner]
+                vals[r.inner] = vals[r.fused] % self.ext[r.inner]
+        for a, mn, g, size in zip(op.axis, mins, rguards, op.output.shape):
+            if g:
+                guards.append(_simplify(bound.to_expr(mn) + vals[a]) < size)
+        self.values[s], self.guards[s] = vals, guards
+
+    # -- emission -------------------------------------------------------------
+    def _load(self, t: Tensor, indices) -> ir.Expr:
+        if t not in self.buffers:
+            raise ScheduleError(f"{t.name} is read but neither an argument nor computed by the schedule")
+        s = self.stage_of.get(t)
+        if s is not None and s.attach is not None:
+            indices = [i - bound.to_expr(m) for i, m in zip(indices, self.root_min[s])]
+        buf = self.buffers[t]
+        return _flat(indices, buf.shape)
+
+    def _translate(self, expr, vals) -> ir.Expr:
+        low = self
+
+        class M(ir.Mutator):
+            def visit_TensorLoad(self_, node):
+                idx = [self_.visit(i) for i in node.indices]
+                return ir.Load(low.buffers[node.tensor], low._load(node.tensor, idx))
+        return M().visit(ir.substitute(expr, vals))
+
+    def nest(self, s: Stage, tags: dict) -> ir.Stmt:
+        op, out = s.op, s.op.output
+        vals = self._root_values(s)
+        idx = [vals[a] for a in op.axis]
+        buf = self.buffers[out]
+        flat = self._load(out, idx)
+        body = self.bodies[s]
+        if isinstance(body, Reduce):
+            src = self._translate(body.source, vals)
+            main = ir.Store(buf, flat, _combine(body.combiner, ir.Load(buf, flat), src))
+            init = ir.Store(buf, flat, _INIT[body.combiner](body.dtype))
+        else:
+            main, init = ir.Store(buf, flat, self._translate(body, vals)), None
+        leaves = s.leaf
+        first_red = next((i for i, v in enumerate(leaves) if v.kind == REDUCE), None)
+        guards = [(g, ir.free_vars(g)) for g in self.guards[s]]
+        red_vars = {v for v in leaves if v.kind == REDUCE}
+
+        def build(ivs, level, inner, gs, tags, with_children):
+            if level == len(ivs):
+                return inner
+            iv = ivs[level]
+            body = build(ivs, level + 1, inner, gs, tags, with_children)
+            here = set(ivs[level + 1:])
+            for g, fv in gs:
+                if iv in fv and not (fv & here):
+                    body = ir.IfThenElse(g, body)
+            if with_children:
+                body = self._children(s, iv, body, tags)
+            kind, tag = s.annotations.get(iv, (ir.SERIAL, None))
+            if tag is not None and tag != "vthread" and tag in tags:
+                var, ext = tags[tag]
+                if self.ext[iv] > ext:
+                    raise ScheduleError(f"{op.name}: {iv.name} bound to {tag} needs {self.ext[iv]} threads, "
+                                        f"the enclosing launch has {ext}")
+                body = ir.substitute(body, {iv: var})
+                return body if self.ext[iv] == ext else ir.IfThenElse(var < self.ext[iv], body)
+            loop = ir.For(iv, self.ext[iv], kind, body, tag)
+            if with_children and level == first_red and init is not None:
+                init_ivs = [v for v in leaves[level + 1:] if v.kind != REDUCE]
+                init_gs = [(g, fv) for g, fv in gs if not (fv & red_vars) and fv & set(init_ivs)]
+                return ir.seq(build(init_ivs, 0, init, init_gs, tags, False), loop)
+            return loop
+
+        # thread tags bound by this nest are visible to stages attached inside it
+        inner_tags = dict(tags)
+        for iv in leaves:
+            kind, tag = s.annotations.get(iv, (ir.SERIAL, None))
+            if kind == ir.THREAD and tag != "vthread" and tag not in tags:
+                inner_tags[tag] = (iv, self.ext[iv])
+        stmt = build(leaves, 0, main, guards, inner_tags, True)
+        if init is not None and first_red is None:   # reduction over nothing
+            stmt = ir.seq(build(leaves, 0, init, guards, inner_tags, False), stmt)
+        for g, fv in guards:
+            if not fv & set(leaves):
+                stmt = ir.IfThenElse(g, stmt)
+        return stmt
+
+    def _children(self, parent: Stage, iv, body: ir.Stmt, tags) -> ir.Stmt:
+        kids = [c for c in self.stages if isinstance(c.attach, tuple) and c.attach == (parent, iv)]
+        if not kids:
+            return body
+        parts = []
+        for c in kids:
+            n = self.nest(c, tags)
+            parts += [ir.Barrier("shared"), n, ir.Barrier("shared")] if c.scope == "shared" else [n]
+        stmt = ir.seq(*parts, body)
+        for c in reversed(kids):
+            stmt = ir.Allocate(self.buffers[c.op.output], stmt)
+        return stmt
+
+    def program(self, name: str, args: list[Tensor]) -> ir.Program:
+        temps = []
+        for s in self.stages:
+            t = s.op.output
+            if t in self.buffers:
+                continue
+            if s.attach is None:
+                self.buffers[t] = ir.Buffer(t.name, t.shape, t.dtype, s.scope)
+                temps.append(self.buffers[t])
+            else:
+                self.buffers[t] = ir.Buffer(t.name, tuple(self.root_ext[s]), t.dtype,
+                                            "local" if s.scope == "global" else s.scope)
+        for s in self.stages:
+            if isinstance(s.attach, tuple) and s.attach[0] not in self.stages:
+                raise ScheduleError(f"{s.op.name} is attached to {s.attach[0].op.name}, which is inlined")
+        body = ir.seq(*[self.nest(s, {}) for s in self.stages if s.attach is None])
+        for b in reversed(temps):
+            body = ir.Allocate(b, body)
+        return ir.Program(name, [self.buffers[t] for t in args], body)
+
+
+def _simplify(e: ir.Expr) -> ir.Expr:
+    form = bound.affine(e)
+    return e if form is None else bound.to_expr(form)
+
+
+def _tensors_read(expr) -> set:
+    out = set()
+
+    class V(ir.Visitor):
+        def visit_TensorLoad(self, node):
+            out.add(node.tensor)
+            self.generic_visit(node)
+    V().visit(expr)
+    return out
+
+
+def _loads_of(expr, t) -> list:
+    out = []
+
+    class V(ir.Visitor):
+        def visit_TensorLoad(self, node):
+            if node.tensor is t:
+                out.append(node)
+            self.generic_visit(node)
+    V().visit(expr)
+    return out
+
+
+def _union(ranges):
+    if not ranges or any(r is None for r in ranges):
+        return None, 0
+    key = {k: v for k, v in ranges[0][0].items() if k is not None}
+    if any({k: v for k, v in r[0].items() if k is not None} != key for r in ranges):
+        return None, 0
+    lo = min(r[0][None] for r in ranges)
+    hi = max(r[0][None] + r[1] for r in ranges)
+    return {**key, None: lo}, hi - lo
+
+
+def lower(sch: Schedule, args: list[Tensor], name: str = "kernel") -> ir.Program:
+    """Lower `sch` to a Program whose parameters are `args` (inputs, then outputs)."""
+    for t in args:
+        if not isinstance(t, Tensor):
+            raise ScheduleError(f"lower: arguments must be tensors, got {type(t).__name__}")
+    low = _Lowering(sch, args)
+    return low.program(name, args)

@@ -1,0 +1,149 @@
+"""Tensor expressions: what an operator computes, independent of how.
+
+`placeholder` declares an input, `compute` an output defined element-wise by a
+Python function of its axes, `reduce_axis` + `sum`/`max` a reduction, and
+`if_then_else` a guarded value (padding). Expressions are loop-IR expressions
+(`tunekit.ir`) plus the two nodes here, which lowering turns into loads.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from .. import ir
+
+SPATIAL, REDUCE = "spatial", "reduce"
+
+
+@dataclass(eq=False, repr=False)
+class IterVar(ir.Var):
+    """An axis of a compute: a loop variable with an extent. Schedules split,
+    fuse and reorder these; the original ones are an op's `axis`/`reduce_axis`."""
+    extent: int = 1
+    kind: str = SPATIAL
+
+
+@dataclass(eq=False, repr=False)
+class TensorLoad(ir.Expr):
+    """`tensor[indices]` inside a compute body."""
+    tensor: Tensor
+    indices: tuple
+
+    @property
+    def dtype(self) -> str:
+        return self.tensor.dtype
+
+
+@dataclass(eq=False, repr=False)
+class Reduce(ir.Expr):
+    """A reduction of `source` over `axes` with `combiner` ("sum" or "max")."""
+    combiner: str
+    source: ir.Expr
+    axes: tuple
+    dtype: str
+
+
+class Tensor:
+    """The output of an op. Index it (`T[i, j]`) inside a compute body."""
+
+    def __init__(self, op, shape: tuple, dtype: str, name: str):
+        self.op, self.shape, self.dtype, self.name = op, tuple(int(d) for d in shape), dtype, name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, idx) -> TensorLoad:
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        if len(idx) != self.ndim:
+            raise IndexError(f"{self.name} has {self.ndim} dimensions, indexed with {len(idx)}")
+        return TensorLoad(self, tuple(ir.as_expr(i) for i in idx))
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, {list(self.shape)}, {self.dtype})"
+
+
+class PlaceholderOp:
+    def __init__(self, name: str):
+        self.name = name
+        self.inputs: list[Tensor] = []
+
+
+class ComputeOp:
+    """`out[axis] = body` where body may be a `Reduce` over `reduce_axis`."""
+
+    def __init__(self, name: str, axis: list[IterVar], body: ir.Expr, tag: str = ""):
+        self.name, self.axis, self.body, self.tag = name, axis, body, tag
+        self.reduce_axis = list(body.axes) if isinstance(body, Reduce) else []
+
+    @property
+    def inputs(self) -> list[Tensor]:
+        return input_tensors(self.body)
+
+
+def input_tensors(expr) -> list[Tensor]:
+    """Return the tensors an expression reads, in first-use order."""
+    seen: dict[Tensor, None] = {}
+
+    class V(ir.Visitor):
+        def visit_TensorLoad(self, node):
+            seen.setdefault(node.tensor, None)
+            self.generic_visit(node)
+    V().visit(expr)
+    return list(seen)
+
+
+def placeholder(shape, name: str = "placeholder", dtype: str = "float32") -> Tensor:
+    """Declare an input tensor."""
+    return Tensor(PlaceholderOp(name), shape, dtype, name)
+
+
+def reduce_axis(extent: int, name: str = "k") -> IterVar:
+    """Declare a reduction axis over range(extent)."""
+    return IterVar(name, ir.INDEX, int(extent), REDUCE)
+
+
+def compute(shape, fcompute, name: str = "compute", tag: str = "") -> Tensor:
+    """Define a tensor of `shape` by `fcompute(*axes) -> expression`."""
+    shape = tuple(int(d) for d in shape)
+    params = list(inspect.signature(fcompute).parameters)
+    if len(params) != len(shape):
+        names = [f"i{d}" for d in range(len(shape))]
+        if len(params) == 1 and inspect.signature(fcompute).parameters[params[0]].kind == inspect.Parameter.VAR_POSITIONAL:
+            params = names
+        else:
+            raise ValueError(f"compute {name!r}: fcompute takes {len(params)} axes, shape has {len(shape)}")
+    axis = [IterVar(p, ir.INDEX, d, SPATIAL) for p, d in zip(params, shape)]
+    body = ir.as_expr(fcompute(*axis))
+    op = ComputeOp(name, axis, body, tag)
+    t = Tensor(op, shape, body.dtype, name)
+    op.output = t
+    return t
+
+
+def _reduce(combiner: str, expr, axis) -> Reduce:
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    expr = ir.as_expr(expr)
+    return Reduce(combiner, expr, axes, expr.dtype)
+
+
+def sum(expr, axis) -> Reduce:  # noqa: A001 - mirrors the math it names
+    """Sum `expr` over reduction axis (or axes) `axis`."""
+    return _reduce("sum", expr, axis)
+
+
+def max(expr, axis) -> Reduce:  # noqa: A001
+    """Maximum of `expr` over reduction axis (or axes) `axis`."""
+    return _reduce("max", expr, axis)
+
+
+def if_then_else(cond, t, f) -> ir.Expr:
+    """`t` where `cond` holds, else `f`; `t` is only read where `cond` holds."""
+    return ir.select(cond, t, f)
+
+
+def all_(*conds) -> ir.Expr:
+    out = ir.const(True)
+    for c in conds:
+        out = ir.and_(out, c)
+    return out
