@@ -3,8 +3,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import numpy as np
+
 from . import te
 from ._registry import registry
+from .features import extract
+from .models import Candidate
 from .errors import TunekitError
 from .space import ConfigEntity, ConfigSpace
 
@@ -38,9 +42,9 @@ class Task:
     def __repr__(self) -> str:
         return f"Task({self.name})"
 
-    def bind(self, target) -> BoundTask:
+    def bind(self, target) -> TaskSpace:
         """This task on `target`: its template, space and programs."""
-        return BoundTask(self, target)
+        return TaskSpace(self, target)
 
 
 def pick_template(op: str, target, name: str | None = None):
@@ -58,13 +62,18 @@ def pick_template(op: str, target, name: str | None = None):
     return max(cands, key=lambda t: t.priority)
 
 
-class BoundTask:
-    """A task on a target: the template, its config space, and lowering."""
+class TaskSpace:
+    """A task on a target, as explorers and cost models see it: the template's
+    config space, lowering of any config, feature vectors, and the set of
+    configs already measured. Lowered programs and features are cached."""
 
     def __init__(self, task: Task, target):
         self.task, self.target = task, target
         self.template = pick_template(task.op.name, target, task.template_name)
         self.device = target.device()
+        self.measured: set[int] = set()
+        self._programs: dict[int, object] = {}
+        self._features: dict[tuple[int, str], np.ndarray] = {}
 
     @cached_property
     def space(self) -> ConfigSpace:
@@ -72,11 +81,32 @@ class BoundTask:
         self.template.fn(space, self.device, **self.task.args)
         return space
 
+    @property
+    def size(self) -> int:
+        return self.space.size
+
     def schedule(self, index: int):
         cfg: ConfigEntity = self.space.get(index)
         return self.template.fn(cfg, self.device, **self.task.args)
 
     def program(self, index: int):
-        """Lower config `index` to a loop-IR Program."""
-        s, tensors = self.schedule(index)
-        return te.lower(s, tensors, name=f"{self.task.op.name}_{index}")
+        """Lower config `index` to a loop-IR Program (cached)."""
+        p = self._programs.get(index)
+        if p is None:
+            if len(self._programs) > 4096:
+                self._programs.clear()
+            s, tensors = self.schedule(index)
+            p = self._programs[index] = te.lower(s, tensors, name=f"{self.task.op.name}_{index}")
+        return p
+
+    def features(self, index: int, kind: str = "knob") -> np.ndarray:
+        """Feature vector of kind `kind` for config `index` (cached)."""
+        key = (index, kind)
+        f = self._features.get(key)
+        if f is None:
+            f = self._features[key] = extract(self, index, kind)
+        return f
+
+    def candidates(self, indices) -> list[Candidate]:
+        """Candidates for the cost model (features computed on demand)."""
+        return [Candidate(i, self.space.get(i), self.program, self.features) for i in indices]
