@@ -33,6 +33,7 @@ class Plugins:
         self.pm.add_hookspecs(_hookspecs)
         self.broken: list[BrokenPlugin] = []
         self.versions: dict[str, tuple[str, str]] = {}
+        self.entry_point_names: set[str] = set()
         from . import __version__
         from .ops import library
         self.register(library, "tunekit.ops", ("tunekit", __version__))
@@ -47,6 +48,7 @@ class Plugins:
             try:
                 module = ep.load()
                 self.register(module, ep.name, (dname, version))
+                self.entry_point_names.add(ep.name)
             except Exception as e:  # a broken plugin must not stop the others
                 self.broken.append(BrokenPlugin(ep.name, dname, version, f"{type(e).__name__}: {e}"))
 

@@ -37,3 +37,187 @@ class Trial:
 
     def gflops(self, flops: int) -> float:
         return flops / self.cost / 1e9 if self.ok else 0.0
+
+
+@dataclass
+class Outcome:
+    """What building or running one config gave."""
+    artifact: Any = None
+    costs: list[float] = field(default_factory=list)
+    error: str | None = None
+    message: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Enough to rebuild a TaskSpace in another process."""
+    op: str
+    args: tuple
+    template: str | None
+
+    @classmethod
+    def of(cls, task) -> TaskSpec:
+        return cls(task.op.name, tuple(sorted(task.args.items())), task.template_name)
+
+    def task(self):
+        from .task import Task
+        return Task(self.op, dict(self.args), template=self.template)
+
+
+@dataclass
+class CheckSettings:
+    """How outputs are compared with the reference (None = the op's default)."""
+    check: bool = True
+    rtol: float | None = None
+    atol: float | None = None
+    seed: int = 0
+
+
+class Measurer:
+    """Builds batches of configs in parallel, then times them one at a time.
+
+    Components registered only in this process (test fixtures, NullTarget) cannot
+    be rebuilt in a worker; they are built and run inline, without isolation.
+    """
+
+    def __init__(self, target, options, seed: int = 0):
+        from .targets import RunSettings
+        self.target, self.opt = target, options
+        self.settings = RunSettings(number=options.number, repeat=options.repeat,
+                                    min_repeat_ms=options.min_repeat_ms, warmup=options.warmup,
+                                    flush_cache=options.flush_cache)
+        self.check = CheckSettings(options.check, options.rtol, options.atol, seed)
+        self.spec = target.spec()
+        self.inline = not _spawnable(target)
+        self._pool = None
+        self._runner = None
+
+    # -- building -------------------------------------------------------------
+    def _workers(self) -> int:
+        import os
+        return self.opt.build_workers or os.cpu_count() or 1
+
+    def _get_pool(self):
+        if self._pool is None:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            from ._workers import limit_memory
+            self._pool = ProcessPoolExecutor(self._workers(), mp_context=mp.get_context("spawn"),
+                                             initializer=limit_memory, initargs=(8 << 30,))
+        return self._pool
+
+    def _kill_pool(self) -> None:
+        if self._pool is not None:
+            procs = list(getattr(self._pool, "_processes", {}).values())  # no public API kills a hung build
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                p.kill()
+            self._pool = None
+
+    def build(self, ts, indices: list[int]) -> list[Outcome]:
+        from ._workers import build
+        if self.inline:
+            return [build(self.spec, None, i, ts=ts) for i in indices]
+        from concurrent.futures import wait
+        spec = TaskSpec.of(ts.task)
+        pool = self._get_pool()
+        futs = [pool.submit(build, self.spec, spec, i) for i in indices]
+        rounds = -(-len(indices) // self._workers())
+        done, _ = wait(futs, timeout=self.opt.build_timeout_s * rounds)
+        out = []
+        for f in futs:
+            if f in done and f.exception() is None:
+                out.append(f.result())
+            elif f in done:
+                out.append(Outcome(error=BUILD_ERROR, message=f"build worker died: {f.exception()}"))
+            else:
+                out.append(Outcome(error=BUILD_TIMEOUT, message=f"no build within {self.opt.build_timeout_s:g} s"))
+        if len(done) < len(futs) or any(f.exception() for f in done):
+            self._kill_pool()
+        return out
+
+    # -- running --------------------------------------------------------------
+    def _get_runner(self):
+        if self._runner is None or not self._runner[0].is_alive():
+            import multiprocessing as mp
+
+            from ._workers import runner_main
+            ctx = mp.get_context("spawn")
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=runner_main, args=(child,), daemon=True, name="tunekit-runner")
+            proc.start()
+            child.close()
+            self._runner = (proc, parent)
+        return self._runner
+
+    def _kill_runner(self) -> None:
+        if self._runner is not None:
+            proc, conn = self._runner
+            proc.kill()
+            proc.join(5)
+            conn.close()
+            self._runner = None
+
+    def run(self, ts, artifact) -> Outcome:
+        from ._workers import execute
+        if self.inline:
+            return execute(self.target, ts.task, artifact, self.settings, self.check)
+        proc, conn = self._get_runner()
+        t0 = time.perf_counter()
+        conn.send(("run", self.spec, TaskSpec.of(ts.task), artifact, self.settings, self.check))
+        # the first request of a task also draws inputs and computes the reference
+        if conn.poll(self.opt.timeout_s):
+            try:
+                return conn.recv()
+            except EOFError:
+                pass
+            proc.join(1)
+            code = proc.exitcode
+            self._kill_runner()
+            return Outcome(error=RUN_ERROR, message=f"the kernel crashed the runner (exit code {code})",
+                           seconds=time.perf_counter() - t0)
+        self._kill_runner()
+        return Outcome(error=RUN_TIMEOUT, message=f"no result within {self.opt.timeout_s:g} s",
+                       seconds=time.perf_counter() - t0)
+
+    def measure(self, ts, indices: list[int], on_trial=None) -> list[Trial]:
+        """Build `indices` of task space `ts` in parallel, then time each alone;
+        `on_trial(trial)` is called as each one is measured (to record it at once)."""
+        built = self.build(ts, indices)
+        trials = []
+        for i, b in zip(indices, built):
+            trial = Trial(i, ts.space.get(i).to_json(), build_s=b.seconds)
+            if b.error:
+                trial.error, trial.message = b.error, b.message
+            else:
+                r = self.run(ts, b.artifact)
+                trial.costs, trial.error, trial.message, trial.run_s = r.costs, r.error, r.message, r.seconds
+            trials.append(trial)
+            if on_trial is not None:
+                on_trial(trial)
+        return trials
+
+    def close(self) -> None:
+        self._kill_pool()
+        if self._runner is not None:
+            proc, conn = self._runner
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+            proc.join(2)
+            self._kill_runner()
+
+
+def _spawnable(component) -> bool:
+    """Whether a fresh process finds `component` through an entry point."""
+    from ._plugins import plugins
+    from ._registry import KINDS, registry
+    reg = registry()
+    for kind in KINDS:
+        entry = reg.components[kind].get(component.name)
+        if entry is not None and entry.obj is type(component):
+            return entry.plugin in plugins().entry_point_names
+    return False

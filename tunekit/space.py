@@ -125,6 +125,11 @@ class _Define:
         vals = [AnnotateValue(v) for v in itertools.product(options, repeat=len(axes))]
         self._add(Knob(name, "annotate", vals))
 
+    def constrain(self, fn) -> None:
+        """Mark configs for which `fn(config)` is false as invalid (never proposed)."""
+        if isinstance(self, ConfigSpace):
+            self.constraints.append(fn)
+
     def define_knob(self, name: str, values: list):
         """A free choice among `values` (JSON-serializable)."""
         if name in self._knobs:
@@ -151,10 +156,6 @@ class ConfigSpace(_Define):
     @property
     def knobs(self) -> list[Knob]:
         return list(self._knobs.values())
-
-    def constrain(self, fn) -> None:
-        """Mark configs for which `fn(entity)` is false as invalid (never proposed)."""
-        self.constraints.append(fn)
 
     def __len__(self) -> int:
         return math.prod(self._sizes)

@@ -10,14 +10,31 @@ from __future__ import annotations
 from .. import ir
 
 
-def affine(e: ir.Expr) -> dict | None:
-    """Return {var: coef, None: const} for an affine integer expression, else None."""
+class Term:
+    """A non-affine subexpression of fixed variables (e.g. `fused // 4` outside the
+    loops that vary), treated as one unknown; equal when printed the same."""
+
+    def __init__(self, expr: ir.Expr):
+        self.expr, self.key = expr, ir.expr_str(expr)
+
+    def __eq__(self, other):
+        return isinstance(other, Term) and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+
+def affine(e: ir.Expr, fixed: set | None = None) -> dict | None:
+    """Return {var: coef, None: const} for an affine integer expression, else None.
+    With `fixed`, a non-affine part reading only fixed vars becomes a `Term`."""
     if isinstance(e, ir.Const):
         return {None: int(e.value)}
     if isinstance(e, ir.Var):
         return {e: 1, None: 0}
+    if fixed is not None and not (isinstance(e, ir.BinOp) and e.op in ("+", "-", "*")):
+        return {Term(e): 1, None: 0} if ir.free_vars(e) <= fixed else None
     if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
-        a, b = affine(e.a), affine(e.b)
+        a, b = affine(e.a, fixed), affine(e.b, fixed)
         if a is None or b is None:
             return None
         if e.op == "*":
@@ -34,25 +51,11 @@ def affine(e: ir.Expr) -> dict | None:
     return None
 
 
-def expand(form: dict, lows: dict) -> dict:
-    """Substitute `lows` (var -> affine form of its start) into `form` until no
-    substitutable variable is left."""
-    form = dict(form)
-    changed = True
-    while changed:
-        changed = False
-        for v in [k for k in form if k is not None and k in lows]:
-            c = form.pop(v)
-            for k, x in lows[v].items():
-                form[k] = form.get(k, 0) + c * x
-            changed = True
-    return {k: v for k, v in form.items() if v != 0 or k is None}
-
-
 def to_expr(form: dict) -> ir.Expr:
     out = None
     for k, c in form.items():
         if k is not None and c != 0:
+            k = k.expr if isinstance(k, Term) else k
             term = k * c if c != -1 else ir.const(0) - k
             out = term if out is None else (out - k * -c if c < 0 else out + term)
     c = form.get(None, 0)
@@ -61,14 +64,12 @@ def to_expr(form: dict) -> ir.Expr:
     return out + c if c >= 0 else out - (-c)
 
 
-def access_range(index: ir.Expr, varying: dict, lows: dict) -> tuple[dict, int] | None:
+def access_range(index: ir.Expr, varying: dict, fixed: set) -> tuple[dict, int] | None:
     """Range of `index` when the `varying` vars (var -> extent) run over their
-    loops: returns (affine start over fixed vars, extent), or None if not affine.
-    `lows` maps a variable to the affine start it stands for (stage offsets)."""
-    form = affine(index)
+    loops: returns (affine start over `fixed` vars, extent), or None if not affine."""
+    form = affine(index, fixed)
     if form is None:
         return None
-    form = expand(form, lows)
     start = {None: form.get(None, 0)}
     span = 0
     for v, c in form.items():
@@ -84,12 +85,38 @@ def access_range(index: ir.Expr, varying: dict, lows: dict) -> tuple[dict, int] 
 
 
 def max_value(form: dict, extents: dict) -> int | None:
-    """Largest value of an affine form over vars in [0, extent); None if a var is unknown."""
+    """Largest value of an affine form over vars in [0, extent); None if unknown."""
     hi = form.get(None, 0)
     for v, c in form.items():
         if v is None:
             continue
-        if v not in extents:
+        top = _interval(v.expr, extents) if isinstance(v, Term) else (0, extents[v] - 1) if v in extents else None
+        if top is None:
             return None
-        hi += max(0, c * (extents[v] - 1))
+        hi += max(c * top[0], c * top[1])
     return hi
+
+
+def _interval(e: ir.Expr, extents: dict) -> tuple[int, int] | None:
+    """(min, max) of a non-negative index expression, or None if unknown."""
+    if isinstance(e, ir.Const):
+        return int(e.value), int(e.value)
+    if isinstance(e, ir.Var):
+        return (0, extents[e] - 1) if e in extents else None
+    if not isinstance(e, ir.BinOp):
+        return None
+    a, b = _interval(e.a, extents), _interval(e.b, extents)
+    if a is None or b is None:
+        return None
+    if e.op == "+":
+        return a[0] + b[0], a[1] + b[1]
+    if e.op == "-":
+        return a[0] - b[1], a[1] - b[0]
+    if e.op == "*":
+        v = [x * y for x in a for y in b]
+        return min(v), max(v)
+    if e.op == "//" and b[0] == b[1] and b[0] > 0:
+        return a[0] // b[0], a[1] // b[0]
+    if e.op == "%" and b[0] == b[1] and b[0] > 0:
+        return (a[0], a[1]) if a[0] >= 0 and a[1] < b[0] else (0, b[0] - 1)
+    return None

@@ -26,8 +26,7 @@ def _flat(indices, shape) -> ir.Expr:
     out = ir.const(0)
     for i, d in zip(indices, shape):
         out = out * d + i
-    form = bound.affine(out)
-    return out if form is None else bound.to_expr(form)
+    return _simplify(out)
 
 
 class _Lowering:
@@ -89,7 +88,7 @@ class _Lowering:
                 accesses.append([ir.substitute(i, vals) for i in load.indices])
         mins, exts, guards = [], [], []
         for d, size in enumerate(t.shape):
-            rng = [bound.access_range(a[d], {v: self.ext[v] for v in ir.free_vars(a[d]) if v not in fixed}, {})
+            rng = [bound.access_range(a[d], {v: self.ext[v] for v in ir.free_vars(a[d]) if v not in fixed}, fixed)
                    for a in accesses]
             start, extent = _union(rng)
             if start is None or extent >= size:
@@ -252,7 +251,8 @@ class _Lowering:
 
 
 def _simplify(e: ir.Expr) -> ir.Expr:
-    form = bound.affine(e)
+    """Canonical affine form, non-affine parts kept as terms (so `x % 5 - x % 5` cancels)."""
+    form = bound.affine(e, ir.free_vars(e))
     return e if form is None else bound.to_expr(form)
 
 

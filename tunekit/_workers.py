@@ -1,0 +1,144 @@
+"""Code that runs inside build workers and the isolated runner process.
+
+Workers are spawned, never forked (a fork after xgboost/lightgbm ran OpenMP can
+hang), so everything they need travels as (component name, Options JSON) specs.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import resource
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
+
+import numpy as np
+
+from .measure import BUILD_ERROR, RUN_ERROR, WRONG_ANSWER, CheckSettings, Outcome, TaskSpec
+
+_TARGETS: dict = {}
+_SPACES: dict = {}
+_DATA: dict = {}
+_TASKS: dict = {}
+
+
+def make_target(spec: tuple[str, str]):
+    """The Target for (name, options JSON), cached per process."""
+    t = _TARGETS.get(spec)
+    if t is None:
+        from ._registry import registry
+        cls = registry().component("target", spec[0])
+        t = _TARGETS[spec] = cls(cls.Options.model_validate_json(spec[1]))
+    return t
+
+
+def task_space(target_spec, task_spec: TaskSpec):
+    key = (target_spec, task_spec)
+    ts = _SPACES.get(key)
+    if ts is None:
+        ts = _SPACES[key] = task_spec.task().bind(make_target(target_spec))
+    return ts
+
+
+def limit_memory(nbytes: int) -> None:
+    """Worker initializer: cap the address space so a runaway build fails alone."""
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
+    except (ValueError, OSError):
+        pass
+
+
+def build(target_spec, task_spec: TaskSpec, index: int, ts=None) -> Outcome:
+    """Lower config `index` and compile it (in a worker, or inline when `ts` is given)."""
+    t0 = time.perf_counter()
+    try:
+        ts = ts or task_space(target_spec, task_spec)
+        art = ts.target.build(ts.program(index))
+        return Outcome(artifact=art, seconds=time.perf_counter() - t0)
+    except Exception as e:
+        return Outcome(error=BUILD_ERROR, message=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+
+
+@contextmanager
+def timing_lock():
+    """Machine-wide: one tunekit process times kernels at a time."""
+    path = os.path.join(tempfile.gettempdir(), "tunekit-timing.lock")
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _data(task, check: CheckSettings):
+    """Inputs drawn from the seed and the numpy reference, cached per task."""
+    key = (task.key, check.seed)
+    d = _DATA.get(key)
+    if d is None:
+        if len(_DATA) > 4:
+            _DATA.clear()
+        rng = np.random.default_rng([check.seed, int(task.key, 16) % (1 << 32)])
+        inputs = task.op.random_inputs(task.args, rng)
+        ref = task.op.reference(*inputs, **task.args)
+        time.sleep(0.05)  # let BLAS worker threads go idle before anything is timed
+        d = _DATA[key] = (inputs, ref)
+    return d
+
+
+def execute(target, task, artifact, settings, check: CheckSettings) -> Outcome:
+    """Check one artifact's output against the reference, then time it."""
+    t0 = time.perf_counter()
+    try:
+        inputs, ref = _data(task, check)
+        outs = [np.full(shape, np.nan, dtype) for shape, dtype in task.op.output_shapes(task.args)]
+        arrays = inputs + outs
+        with timing_lock():
+            verify = check.check and getattr(target, "produces_output", True)
+            if verify:
+                target.load(artifact)(*arrays)
+                bad = _mismatch(task, outs, ref, check)
+                if bad:
+                    return Outcome(error=WRONG_ANSWER, message=bad, seconds=time.perf_counter() - t0)
+            costs = target.run(artifact, arrays, settings)
+        return Outcome(costs=[float(c) for c in costs], seconds=time.perf_counter() - t0)
+    except Exception as e:
+        tb = traceback.format_exc(limit=-2)
+        return Outcome(error=RUN_ERROR, message=f"{type(e).__name__}: {e}\n{tb}", seconds=time.perf_counter() - t0)
+
+
+def _mismatch(task, outs, ref, check: CheckSettings) -> str:
+    rtol, atol = task.op.tolerance(task.args)
+    rtol = check.rtol if check.rtol is not None else rtol
+    atol = check.atol if check.atol is not None else atol
+    for k, (o, r) in enumerate(zip(outs, ref)):
+        if o.dtype.kind in "iub":
+            ok = np.array_equal(o, r)
+        else:
+            ok = np.allclose(o, r, rtol=rtol, atol=atol)
+        if not ok:
+            diff = np.abs(o.astype(np.float64) - r)
+            n_bad = int(np.sum(~(diff <= atol + rtol * np.abs(r))))
+            return (f"output {k}: {n_bad} of {o.size} elements differ from the reference "
+                    f"(max abs error {np.nanmax(diff) if np.isfinite(diff).any() else 'nan'}, "
+                    f"{int(np.isnan(o).sum())} never written; rtol={rtol:g}, atol={atol:g})")
+    return ""
+
+
+def runner_main(conn) -> None:
+    """The isolated runner: serve ("run", target_spec, task_spec, artifact, settings, check) requests."""
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        _, target_spec, task_spec, artifact, settings, check = msg
+        try:
+            task = _TASKS.get(task_spec) or _TASKS.setdefault(task_spec, task_spec.task())
+            out = execute(make_target(target_spec), task, artifact, settings, check)
+        except Exception as e:
+            out = Outcome(error=RUN_ERROR, message=f"{type(e).__name__}: {e}")
+        conn.send(out)

@@ -1,0 +1,142 @@
+"""The tuning loop (Algorithm 1 of the paper): propose a batch with the explorer
+guided by the cost model, measure it, record it, refit the model, repeat."""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+from ._plugins import plugins
+from .database import Database, TaskKey
+from .measure import Measurer, Trial
+
+
+@dataclass
+class TaskState:
+    """One task's progress in a tuning run."""
+    ts: object                     # TaskSpace
+    key: TaskKey
+    model: object
+    explorer: object
+    rng: random.Random
+    trials: list[Trial] = field(default_factory=list)   # every known trial (earlier runs too)
+    done: int = 0                  # trials of this run
+    best: Trial | None = None
+    errors: int = 0
+    since_best: int = 0
+    finished: str = ""             # why it stopped ("" = still going)
+    fit_s: float = 0.0
+    propose_s: float = 0.0
+    measure_s: float = 0.0
+
+    @property
+    def best_gflops(self) -> float:
+        return self.best.gflops(self.ts.task.flops) if self.best else 0.0
+
+    def add(self, trial: Trial, this_run: bool) -> None:
+        trial.candidate = self.ts.candidates([trial.index])[0]
+        self.trials.append(trial)
+        self.ts.measured.add(trial.index)
+        if this_run:
+            self.done += 1
+            self.errors += trial.error is not None
+            self.since_best += 1
+        if trial.ok and (self.best is None or trial.cost < self.best.cost):
+            self.best, self.since_best = trial, 0
+
+
+class Tuner:
+    """Runs a validated Recipe to completion (or until stopped)."""
+
+    def __init__(self, recipe, progress=None):
+        self.recipe = recipe
+        self.progress = progress
+        self.run_id = f"{recipe.run_hash()}:{recipe.tuning.seed}"
+        self.target = recipe.target.create()
+        why = self.target.available()
+        if why:
+            from .errors import TunekitError
+            raise TunekitError(f"target {self.target.name!r} cannot run here: {why}")
+
+    def _state(self, db: Database, task, n: int) -> TaskState:
+        tun = self.recipe.tuning
+        ts = task.bind(self.target)
+        key = TaskKey(task.key, self.target.name, ts.device.fingerprint(), ts.template.name)
+        rng = random.Random(f"{tun.seed}:{task.key}")
+        st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng)
+        for t in db.trials(key):   # resume: every trial known for this task, from any run
+            st.add(t, False)
+        st.done = db.count(key, self.run_id)
+        if st.trials:
+            st.model.fit(st.trials)
+        st.explorer.start(ts, st.model, rng)
+        return st
+
+    def _propose(self, st: TaskState, n: int) -> list[int]:
+        eps = self.recipe.tuning.epsilon
+        n_rand = sum(st.rng.random() < eps for _ in range(n))
+        picks = st.explorer.propose(n - n_rand)
+        # epsilon-greedy is the core's, for every explorer: random valid unmeasured picks
+        seen = st.ts.measured | set(picks)
+        extra = [i for i in st.ts.space.sample(st.rng, 2 * (n - len(picks)) + 4) if i not in seen]
+        return picks + extra[: n - len(picks)]
+
+    def run(self) -> list[TaskState]:
+        r = self.recipe
+        tasks = r.task_objects()
+        db = Database(r.database.path, r.database.log)
+        measurer = Measurer(self.target, r.measure, r.tuning.seed)
+        hook = plugins().pm.hook.tunekit_trial_measured
+        t_end = time.monotonic() + r.tuning.time_budget_s if r.tuning.time_budget_s else None
+        states = [self._state(db, t, r.tuning.trials) for t in tasks]
+        budget = r.tuning.trials
+        try:
+            if self.progress:
+                self.progress.start(states, budget)
+            while True:
+                live = [s for s in states if not self._finished(s, budget, t_end)]
+                if not live:
+                    break
+                for st in live:
+                    self._batch(st, db, measurer, hook, budget)
+                    if self.progress:
+                        self.progress.update(st)
+        finally:
+            measurer.close()
+            db.close()
+            if self.progress:
+                self.progress.stop()
+        return states
+
+    def _finished(self, st: TaskState, budget: int, t_end) -> bool:
+        tun = self.recipe.tuning
+        if not st.finished:
+            if st.done >= budget:
+                st.finished = "budget"
+            elif tun.early_stopping and st.best is not None and st.since_best >= tun.early_stopping:
+                st.finished = "early stop"
+            elif t_end is not None and time.monotonic() >= t_end:
+                st.finished = "time budget"
+        return bool(st.finished)
+
+    def _batch(self, st: TaskState, db: Database, measurer: Measurer, hook, budget: int) -> None:
+        n = min(self.recipe.tuning.batch_size, budget - st.done)
+        t0 = time.perf_counter()
+        indices = self._propose(st, n)
+        st.propose_s += time.perf_counter() - t0
+        if not indices:
+            st.finished = "space exhausted"
+            return
+
+        def record(trial: Trial) -> None:
+            db.add(self.run_id, st.ts, trial)
+            st.add(trial, True)
+            hook(task=st.ts.task, trial=trial)
+
+        t0 = time.perf_counter()
+        batch = measurer.measure(st.ts, indices, record)
+        st.measure_s += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        st.model.fit(st.trials)
+        st.explorer.observe(batch)
+        st.fit_s += time.perf_counter() - t0
