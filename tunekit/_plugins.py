@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import types
 from dataclasses import dataclass
 
 import pluggy
@@ -34,6 +35,7 @@ class Plugins:
         self.broken: list[BrokenPlugin] = []
         self.versions: dict[str, tuple[str, str]] = {}
         self.entry_point_names: set[str] = set()
+        self.modules: dict[str, str] = {}   # plugins registered by hand that are importable modules
         from . import __version__
         from .ops import library
         self.register(library, "tunekit.ops", ("tunekit", __version__))
@@ -49,18 +51,26 @@ class Plugins:
                 module = ep.load()
                 self.register(module, ep.name, (dname, version))
                 self.entry_point_names.add(ep.name)
+                self.modules.pop(ep.name, None)
             except Exception as e:  # a broken plugin must not stop the others
                 self.broken.append(BrokenPlugin(ep.name, dname, version, f"{type(e).__name__}: {e}"))
 
     def register(self, plugin, name: str, version: tuple[str, str] = ("", "")) -> None:
         self.pm.register(plugin, name=name)
         self.versions[name] = version
+        if isinstance(plugin, types.ModuleType) and name != "tunekit.ops":
+            self.modules[name] = plugin.__name__
         _reset_registry()
 
     def unregister(self, name: str) -> None:
         self.pm.unregister(name=name)
         self.versions.pop(name, None)
+        self.modules.pop(name, None)
         _reset_registry()
+
+    def importable(self, name: str) -> bool:
+        """Whether a spawned worker can load plugin `name` too (entry point or module)."""
+        return name in self.entry_point_names or name in self.modules
 
     def results(self, hook: str):
         """Yield (plugin name, result) for every implementation of a discovery hook."""

@@ -41,12 +41,21 @@ def task_space(target_spec, task_spec: TaskSpec):
     return ts
 
 
-def limit_memory(nbytes: int) -> None:
-    """Worker initializer: cap the address space so a runaway build fails alone."""
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
-    except (ValueError, OSError):
-        pass
+def init_worker(max_bytes: int | None, modules: dict[str, str]) -> None:
+    """Set up a spawned worker: register the parent's hand-registered plugin
+    modules, and cap the address space so a runaway build fails alone."""
+    import importlib
+
+    from ._plugins import plugins
+    p = plugins()
+    for name, module in modules.items():
+        if not p.pm.has_plugin(name):
+            p.register(importlib.import_module(module), name)
+    if max_bytes:
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
+        except (ValueError, OSError):
+            pass
 
 
 def build(target_spec, task_spec: TaskSpec, index: int, ts=None) -> Outcome:
@@ -126,8 +135,9 @@ def _mismatch(task, outs, ref, check: CheckSettings) -> str:
     return ""
 
 
-def runner_main(conn) -> None:
+def runner_main(conn, modules: dict[str, str]) -> None:
     """The isolated runner: serve ("run", target_spec, task_spec, artifact, settings, check) requests."""
+    init_worker(None, modules)
     while True:
         try:
             msg = conn.recv()

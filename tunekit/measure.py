@@ -103,9 +103,10 @@ class Measurer:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
-            from ._workers import limit_memory
+            from ._plugins import plugins
+            from ._workers import init_worker
             self._pool = ProcessPoolExecutor(self._workers(), mp_context=mp.get_context("spawn"),
-                                             initializer=limit_memory, initargs=(8 << 30,))
+                                             initializer=init_worker, initargs=(8 << 30, plugins().modules))
         return self._pool
 
     def _kill_pool(self) -> None:
@@ -143,10 +144,12 @@ class Measurer:
         if self._runner is None or not self._runner[0].is_alive():
             import multiprocessing as mp
 
+            from ._plugins import plugins
             from ._workers import runner_main
             ctx = mp.get_context("spawn")
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=runner_main, args=(child,), daemon=True, name="tunekit-runner")
+            proc = ctx.Process(target=runner_main, args=(child, plugins().modules), daemon=True,
+                               name="tunekit-runner")
             proc.start()
             child.close()
             self._runner = (proc, parent)
@@ -212,12 +215,12 @@ class Measurer:
 
 
 def _spawnable(component) -> bool:
-    """Whether a fresh process finds `component` through an entry point."""
+    """Whether a spawned worker can rebuild `component` from its spec."""
     from ._plugins import plugins
     from ._registry import KINDS, registry
     reg = registry()
     for kind in KINDS:
         entry = reg.components[kind].get(component.name)
         if entry is not None and entry.obj is type(component):
-            return entry.plugin in plugins().entry_point_names
+            return plugins().importable(entry.plugin)
     return False

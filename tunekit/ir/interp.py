@@ -88,7 +88,7 @@ def run(program: n.Program, *arrays: np.ndarray) -> None:
     """Execute `program` on numpy arrays (params order), writing outputs in place."""
     if len(arrays) != len(program.params):
         raise ValueError(f"{program.name} takes {len(program.params)} arrays, got {len(arrays)}")
-    ns = {"math": math, "_fma": _fma}
+    ns = {"math": math, "_fma": _fma, "inf": math.inf, "nan": math.nan}
     exec(compile(compile_python(program), f"<tunekit.ir.interp {program.name}>", "exec"), ns)
     lists = [a.reshape(-1).tolist() for a in arrays]
     ns["kernel"](*lists)

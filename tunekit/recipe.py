@@ -1,0 +1,442 @@
+"""Recipes: one file (TOML, YAML or JSON) or dict describing a whole tuning job.
+
+Component sections (`target`, `model`, `explorer`) are flat tables whose `name`
+picks an installed plugin; the other keys are that plugin's Options. They are
+validated against the plugins installed at validation time, so a recipe is
+checked against what this machine can actually run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import yaml
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError,
+                      WithJsonSchema, model_validator)
+from pydantic_core import PydanticCustomError
+
+from ._registry import registry
+from .component import Component, Options
+from .errors import RecipeError
+from .task import Task
+
+#: recipe section -> component kind in the registry
+COMPONENT_SECTIONS = {"target": "target", "model": "cost model", "explorer": "explorer"}
+DEFAULTS = {"target": "x86", "model": "random", "explorer": "random"}
+#: fields that bound how long a run goes on, not what it is (left out of `run_hash`)
+BUDGETS = ("trials", "time_budget_s", "early_stopping")
+
+
+@dataclass
+class ComponentSpec:
+    """A validated component section: which plugin component, with which Options.
+
+    Attributes:
+        kind: "target", "cost model" or "explorer".
+        name: the component's name ("x86", "random").
+        options: an instance of the component's `Options`.
+        cls: the component class (looked up in the registry when not given).
+        instance: a ready-made component, when one was given instead of a name.
+    """
+    kind: str
+    name: str
+    options: Options
+    cls: type | None = None
+    instance: Component | None = None
+
+    def __post_init__(self):
+        if self.cls is None:
+            self.cls = registry().component(self.kind, self.name)
+
+    def create(self) -> Component:
+        """Return the component: the given instance, else `cls(options)`."""
+        return self.instance if self.instance is not None else self.cls(self.options)
+
+    def available(self) -> str | None:
+        """Return None when the component is usable here, else why not."""
+        try:
+            return self.cls.available()
+        except Exception as e:  # a plugin bug must not hide the rest of the recipe
+            return f"available() raised {type(e).__name__}: {e}"
+
+    def to_dict(self) -> dict:
+        """Return the section as a recipe table: `name` plus the options."""
+        return {"name": self.name, **self.options.model_dump(mode="json")}
+
+    def __str__(self) -> str:
+        changed = self.options.model_dump(mode="json", exclude_defaults=True)
+        return self.name + (f" ({', '.join(f'{k}={v!r}' for k, v in changed.items())})" if changed else "")
+
+
+def _error(items: Iterable[tuple[tuple, str, Any]], title: str = "recipe") -> ValidationError:
+    """Build a ValidationError from (loc, message, input); pydantic nests it under the caller's loc."""
+    return ValidationError.from_exception_data(title, [
+        {"type": PydanticCustomError("tunekit", "{message}", {"message": msg}), "loc": loc, "input": inp}
+        for loc, msg, inp in items])
+
+
+def _message(err: dict, noun: str, owner: str) -> str:
+    """Say one pydantic error in recipe words (ours pass through unchanged)."""
+    if err["type"] == "tunekit":
+        return err["msg"]
+    if err["type"] == "missing" and len(err["loc"]) == 1:
+        return f"missing {noun} {err['loc'][0]!r}{owner}"
+    msg = "should be a table" if err["type"] in ("model_type", "dict_type") else err["msg"]
+    inp = err.get("input")
+    if inp is None or isinstance(inp, (str, int, float, bool)):
+        msg += f" (got {inp!r})"
+    elif err["type"] in ("model_type", "dict_type", "list_type"):
+        msg += f" (got {type(inp).__name__})"
+    return msg
+
+
+def _check_keys(fields: Mapping, data: Any, validate: Callable, noun: str, owner: str = ""):
+    """Validate `data` with `validate`, reporting every unknown key (with the valid
+    ones) and every field error together instead of the first one only."""
+    if not isinstance(data, Mapping):
+        return validate(data)
+    known = list(fields) + [f.alias for f in fields.values() if f.alias and f.alias not in fields]
+    valid = f"its {noun}s: {', '.join(known)}" if known else f"it has no {noun}s"
+    problems = [((k,), f"unknown {noun} {k!r}{owner} ({valid})", v) for k, v in data.items() if k not in known]
+    try:
+        result = validate({k: v for k, v in data.items() if k in known})
+    except ValidationError as e:
+        problems += [(tuple(err["loc"]), _message(err, noun, owner), err.get("input")) for err in e.errors()]
+    if problems:
+        raise _error(problems)
+    return result
+
+
+class Section(BaseModel):
+    """Base of the fixed recipe sections: unknown keys are reported with the valid ones."""
+    model_config = ConfigDict(extra="forbid")
+    _noun: ClassVar[str] = "option"
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _friendly(cls, data, handler):
+        return _check_keys(cls.model_fields, data, handler, cls._noun)
+
+
+def _component(kind: str, default: str, value: Any) -> ComponentSpec:
+    """Turn a section value (name, table, Options, instance or spec) into a ComponentSpec."""
+    if isinstance(value, ComponentSpec):
+        return value
+    table = registry().components[kind]
+    installed = f"installed: {', '.join(table) or 'none'}"
+    if isinstance(value, Component):
+        return ComponentSpec(kind, value.name, value.options, type(value), value)
+    if isinstance(value, Options):
+        owners = [n for n, e in table.items() if e.obj.Options is type(value)]
+        if len(owners) != 1:
+            raise PydanticCustomError("tunekit", "cannot tell which {kind} these {opts} belong to; give a name ({i})",
+                                      {"kind": kind, "opts": type(value).__name__, "i": installed})
+        return ComponentSpec(kind, owners[0], value)
+    if isinstance(value, str):
+        value = {"name": value}
+    if not isinstance(value, Mapping):
+        raise PydanticCustomError("tunekit", "should be a {kind} name or a table with name = ... (got {t})",
+                                  {"kind": kind, "t": type(value).__name__})
+    name = value.get("name", default)
+    if not isinstance(name, str) or name not in table:
+        raise PydanticCustomError("tunekit", "unknown {kind} {name} ({i})", {"kind": kind, "name": repr(name),
+                                                                           "i": installed})
+    cls = table[name].obj
+    rest = {k: v for k, v in value.items() if k != "name"}
+    options = _check_keys(cls.Options.model_fields, rest, cls.Options.model_validate, "option", f" for {kind} {name!r}")
+    return ComponentSpec(kind, name, options, cls)
+
+
+def _component_field(section: str, description: str):
+    kind = COMPONENT_SECTIONS[section]
+    spec_type = Annotated[ComponentSpec,
+                          BeforeValidator(lambda v: _component(kind, DEFAULTS[section], v)),
+                          PlainSerializer(lambda s: s.to_dict(), return_type=dict),
+                          WithJsonSchema({"description": description})]  # filled in by json_schema()
+    return spec_type, Field(DEFAULTS[section], validate_default=True, description=description)
+
+
+class TaskSpec(Section):
+    """One task: an op with its args, or a named workload (its args may be overridden)."""
+    _noun: ClassVar[str] = "key"
+    op: str | None = Field(None, description="Operator name, e.g. \"matmul\" (give args too).")
+    args: dict[str, Any] = Field(default_factory=dict, description="The op's arguments, e.g. {M = 1024, N = 1024, "
+                                 "K = 1024, dtype = \"float32\"}; with a workload, overrides of its arguments.")
+    workload: str | None = Field(None, description="Named workload instead of op + args, e.g. \"resnet18.C6\".")
+    template: str | None = Field(None, description="Schedule template to use; default: the highest priority one "
+                                 "for the op on the target.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data):
+        if isinstance(data, str):  # tasks = ["resnet18.C6"]
+            return {"workload": data}
+        if isinstance(data, Task):
+            return {"op": data.op.name, "args": data.args, "template": data.template_name}
+        return data
+
+    @model_validator(mode="after")
+    def _resolve(self):
+        reg = registry()
+        if (self.op is None) == (self.workload is None):
+            raise _error([((), "give either op (with args) or workload", None)])
+        op_name, args = self.op, self.args
+        if self.workload is not None:
+            if self.workload not in reg.workloads:
+                raise _error([(("workload",), f"unknown workload {self.workload!r} (installed: "
+                                              f"{', '.join(sorted(reg.workloads)) or 'none'})", self.workload)])
+            op_name, wargs = reg.workloads[self.workload].obj
+            args = {**wargs, **args}
+        if op_name not in reg.ops:
+            raise _error([(("op",), f"unknown op {op_name!r} (installed: {', '.join(sorted(reg.ops)) or 'none'})",
+                           op_name)])
+        Args = reg.ops[op_name].obj.Args
+        try:
+            _check_keys(Args.model_fields, args, Args.model_validate, "argument", f" for op {op_name!r}")
+        except ValidationError as e:
+            raise _error((("args", *err["loc"]), err["msg"], err["input"]) for err in e.errors()) from None
+        return self
+
+    def task(self) -> Task:
+        """Return the `tunekit.Task` this entry describes."""
+        return Task(self.op, self.args, workload=self.workload, template=self.template)
+
+
+class TuningSection(Section):
+    """How long and how to search."""
+    trials: int = Field(64, ge=1, description="Trials per task, on average (the scheduler may shift trials "
+                        "between tasks); failed trials count.")
+    seed: int = Field(0, description="Seed of every random choice; a run is reproducible up to measurement noise.")
+    time_budget_s: float | None = Field(None, gt=0, description="Stop after this many seconds (default: no limit).")
+    early_stopping: int | None = Field(None, ge=1, description="Stop a task after this many trials without a "
+                                       "better config (default: never).")
+    batch_size: int = Field(16, ge=1, description="Configs proposed, built and measured per batch.")
+    epsilon: float = Field(0.05, ge=0, le=1, description="Fraction of each batch drawn at random instead of from "
+                           "the explorer (epsilon-greedy).")
+    transfer: bool = Field(False, description="Train a global model on history from other workloads (transfer "
+                           "learning).")
+
+
+class MeasureSection(Section):
+    """How candidates are built, timed and checked."""
+    number: int = Field(4, ge=1, description="Runs per timed repeat; their mean is one cost.")
+    repeat: int = Field(3, ge=1, description="Timed repeats, one cost each.")
+    min_repeat_ms: float = Field(50.0, ge=0, description="Raise number until one repeat lasts at least this long.")
+    warmup: int = Field(1, ge=0, description="Untimed runs before timing.")
+    timeout_s: float = Field(10.0, gt=0, description="Seconds a run may take before it counts as a run timeout.")
+    build_timeout_s: float = Field(60.0, gt=0, description="Seconds a build may take before it counts as a build "
+                                   "timeout.")
+    check: bool = Field(True, description="Check every measured config against the op's numpy reference.")
+    rtol: float | None = Field(None, ge=0, description="Relative tolerance of the check (default: the op's, "
+                               "scaled with the reduction length).")
+    atol: float | None = Field(None, ge=0, description="Absolute tolerance of the check (default: the op's).")
+    flush_cache: bool = Field(False, description="Evict caches before each timed repeat.")
+    runner: Literal["local"] = Field("local", description="Where kernels run: \"local\" (this machine).")
+    build_workers: int = Field(0, ge=0, description="Parallel build processes (0 = number of cores).")
+
+    def run_settings(self):
+        """Return the `tunekit.RunSettings` a target's `run` takes."""
+        from .targets import RunSettings
+        return RunSettings(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                           warmup=self.warmup, flush_cache=self.flush_cache)
+
+
+class DatabaseSection(Section):
+    """Where trials are kept."""
+    path: str = Field("tunekit.db", description="SQLite database of all trials and the best configs.")
+    log: str | None = Field(None, description="Also append every trial to this JSONL log (portable).")
+
+
+TargetSpec, _target_field = _component_field("target", "Hardware target: a name, or a table whose name picks "
+                                             "the plugin and whose other keys are its options.")
+ModelSpec, _model_field = _component_field("model", "Cost model: a name, or a table whose name picks the plugin "
+                                           "and whose other keys are its options.")
+ExplorerSpec, _explorer_field = _component_field("explorer", "Explorer (search strategy): a name, or a table "
+                                                 "whose name picks the plugin and whose other keys are its options.")
+
+
+class Recipe(Section):
+    """A whole tuning job. Build one with `Recipe.from_dict` or `load_recipe`."""
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    _noun: ClassVar[str] = "section"
+    _source: str = PrivateAttr("<dict>")
+
+    target: TargetSpec = _target_field
+    tasks: list[TaskSpec] = Field(default_factory=list, description="The tasks to tune: tables with op + args or "
+                                  "workload (and optionally template), or workload names.")
+    model: ModelSpec = _model_field
+    explorer: ExplorerSpec = _explorer_field
+    tuning: TuningSection = Field(default_factory=TuningSection, description=TuningSection.__doc__)
+    measure: MeasureSection = Field(default_factory=MeasureSection, description=MeasureSection.__doc__)
+    database: DatabaseSection = Field(default_factory=DatabaseSection, description=DatabaseSection.__doc__)
+
+    @model_validator(mode="after")
+    def _templates(self):
+        problems = []
+        for i, spec in enumerate(self.tasks):
+            op = spec.task().op.name
+            try:
+                serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls)]
+            except AttributeError as e:  # a target class without `family`
+                raise _error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
+            if spec.template is not None and spec.template not in [t.name for t in serving]:
+                problems.append((("tasks", i, "template"), f"no template {spec.template!r} for op {op!r} on target "
+                                 f"{self.target.name!r} (available: {', '.join(t.name for t in serving) or 'none'})",
+                                 spec.template))
+            elif not serving:
+                problems.append((("tasks", i), f"no schedule template for op {op!r} on target {self.target.name!r}; "
+                                 "install a plugin that provides one", None))
+        if problems:
+            raise _error(problems)
+        return self
+
+    @property
+    def source(self) -> str:
+        """The file this recipe came from ("<dict>" when built from a dict)."""
+        return self._source
+
+    @classmethod
+    def from_dict(cls, data: Mapping, source: str = "<dict>") -> Recipe:
+        """Validate a recipe given as a dict (the parsed file), against the installed plugins.
+
+        Args:
+            data: the sections; components may be names, tables, Options objects or instances.
+            source: the name that starts each error line (the file name).
+        Returns:
+            the validated Recipe.
+        Raises:
+            RecipeError: listing every problem, one per line: `SOURCE: field.path: what is wrong`.
+        """
+        if not isinstance(data, Mapping):
+            raise RecipeError(f"{source}: expected a table of sections at the top level, got {type(data).__name__}")
+        problems = []
+        try:
+            recipe = cls.model_validate(data)
+        except ValidationError as e:
+            problems = [(tuple(err["loc"]), _message(err, "section", "")) for err in e.errors()]
+        else:
+            if not recipe.tasks:
+                problems = [(("tasks",), "no tasks to tune; add [[tasks]] tables with op + args, or workload")]
+        if problems:
+            raise RecipeError("\n".join(f"{source}: {_path(loc)}: {msg}" if loc else f"{source}: {msg}"
+                                        for loc, msg in problems))
+        recipe._source = source
+        return recipe
+
+    def task_objects(self) -> list[Task]:
+        """Return the `tunekit.Task` of every task, in recipe order."""
+        return [t.task() for t in self.tasks]
+
+    def to_dict(self) -> dict:
+        """Return the recipe as plain data (round-trips through `from_dict`)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def run_hash(self) -> str:
+        """Return a stable hash identifying the run this recipe describes.
+
+        Budgets (tuning.trials, time_budget_s, early_stopping) are left out, so
+        raising them continues the same run; so are where results go (database)
+        and build parallelism (measure.build_workers). The seed is included.
+        Tasks count by op and canonical args, however they were written.
+        """
+        data = self.to_dict()
+        data["tasks"] = [[t.op.name, t.args, t.template_name] for t in self.task_objects()]
+        for key in BUDGETS:
+            data["tuning"].pop(key, None)
+        data["measure"].pop("build_workers", None)
+        data.pop("database", None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _path(loc: Iterable) -> str:
+    """('tasks', 1, 'args', 'M') -> 'tasks[1].args.M'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _parse(path: Path, text: str) -> Any:
+    """Parse recipe text by the file's extension; say where a syntax error is."""
+    ext = path.suffix.lower()
+    try:
+        if ext == ".toml":
+            return tomllib.loads(text)
+        if ext in (".yaml", ".yml"):
+            return yaml.safe_load(text)
+        if ext == ".json":
+            return json.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        where = f"line {m[1]}, column {m[2]}: " if m else ""
+        what = str(e)[: m.start()].rstrip() if m else str(e)
+        raise RecipeError(f"{path}: {where}invalid TOML: {what}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise RecipeError(f"{path}: {where}invalid YAML: {getattr(e, 'problem', None) or e}") from None
+    except json.JSONDecodeError as e:
+        raise RecipeError(f"{path}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}") from None
+    raise RecipeError(f"{path}: unknown recipe format {ext!r} (use .toml, .yaml, .yml or .json)")
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and validate a recipe file (TOML, YAML or JSON, by extension).
+
+    Returns:
+        the validated Recipe (its `source` is the path as given).
+    Raises:
+        RecipeError: the file cannot be read or parsed, or has invalid fields (all listed).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise RecipeError(f"{path}: cannot read: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise RecipeError(f"{path}: cannot read: {e.strerror or e}") from None
+    data = _parse(path, text)
+    if data is None:
+        data = {}  # an empty YAML file
+    return Recipe.from_dict(data, source=str(path))
+
+
+def json_schema() -> dict:
+    """Return a JSON Schema (draft 2020-12) of recipes for editors, covering the
+    installed plugins: target, model and explorer are `oneOf` a name or a table
+    per component whose `name` is a const and whose other keys are its Options."""
+    schema = Recipe.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    defs = schema.setdefault("$defs", {})
+    reg = registry()
+    for section, kind in COMPONENT_SECTIONS.items():
+        table = reg.components[kind]
+        prop = schema["properties"][section]
+        choices = []
+        if table:
+            choices.append({"type": "string", "enum": list(table), "description": f"Shorthand for {{name = ...}}."})
+        for name, entry in table.items():
+            prefix = re.sub(r"[^A-Za-z0-9]+", "-", f"{kind}-{name}") + "-"
+            opts = entry.obj.Options.model_json_schema(ref_template=f"#/$defs/{prefix}{{model}}")
+            defs.update({prefix + k: v for k, v in opts.pop("$defs", {}).items()})
+            opts["properties"] = {"name": {"const": name, "description": f"Use the {kind} {name!r} "
+                                                                            f"(plugin {entry.plugin})."},
+                                  **opts.get("properties", {})}
+            opts["required"] = ["name", *opts.get("required", [])]
+            opts["title"] = f"{kind} {name}"
+            opts["additionalProperties"] = False
+            choices.append(opts)
+        if choices:
+            prop["oneOf"] = choices
+        else:
+            prop["type"] = ["string", "object"]
+            prop["description"] += f" (no {kind} is installed)"
+    if not defs:
+        schema.pop("$defs")
+    return schema
