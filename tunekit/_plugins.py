@@ -79,8 +79,9 @@ class Plugins:
                 res = impl.function()
             except Exception as e:
                 dist, version = self.versions.get(impl.plugin_name, ("?", "?"))
-                self.broken.append(BrokenPlugin(impl.plugin_name, dist, version,
-                                                f"{hook}() raised {type(e).__name__}: {e}"))
+                b = BrokenPlugin(impl.plugin_name, dist, version, f"{hook}() raised {type(e).__name__}: {e}")
+                if b not in self.broken:   # the registry is rebuilt after every (un)register
+                    self.broken.append(b)
                 continue
             if res is not None:
                 yield impl.plugin_name, res

@@ -17,17 +17,30 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError,
-                      WithJsonSchema, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from ._registry import registry
 from .component import Component, Options
 from .errors import RecipeError
+from .explorers import Explorer
+from .models import CostModel
+from .targets import RunSettings, Target
 from .task import Task
 
 #: recipe section -> component kind in the registry
 COMPONENT_SECTIONS = {"target": "target", "model": "cost model", "explorer": "explorer"}
+KIND_BASES = {"target": Target, "cost model": CostModel, "explorer": Explorer}
 DEFAULTS = {"target": "x86", "model": "random", "explorer": "random"}
 #: fields that bound how long a run goes on, not what it is (left out of `run_hash`)
 BUDGETS = ("trials", "time_budget_s", "early_stopping")
@@ -62,7 +75,7 @@ class ComponentSpec:
         """Return None when the component is usable here, else why not."""
         try:
             return self.cls.available()
-        except Exception as e:  # a plugin bug must not hide the rest of the recipe
+        except Exception as e:  # noqa: BLE001 -- a plugin bug must not hide the rest of the recipe
             return f"available() raised {type(e).__name__}: {e}"
 
     def to_dict(self) -> dict:
@@ -131,6 +144,9 @@ def _component(kind: str, default: str, value: Any) -> ComponentSpec:
     table = registry().components[kind]
     installed = f"installed: {', '.join(table) or 'none'}"
     if isinstance(value, Component):
+        if not isinstance(value, KIND_BASES[kind]):
+            raise PydanticCustomError("tunekit", "expected a {kind}, got a {t}", {"kind": kind,
+                                                                               "t": type(value).__name__})
         return ComponentSpec(kind, value.name, value.options, type(value), value)
     if isinstance(value, Options):
         owners = [n for n, e in table.items() if e.obj.Options is type(value)]
@@ -158,7 +174,7 @@ def _component_field(section: str, description: str):
     spec_type = Annotated[ComponentSpec,
                           BeforeValidator(lambda v: _component(kind, DEFAULTS[section], v)),
                           PlainSerializer(lambda s: s.to_dict(), return_type=dict),
-                          WithJsonSchema({"description": description})]  # filled in by json_schema()
+                          WithJsonSchema({"description": description})]  # filled in by recipe_schema.json_schema()
     return spec_type, Field(DEFAULTS[section], validate_default=True, description=description)
 
 
@@ -184,13 +200,17 @@ class TaskSpec(Section):
     @model_validator(mode="after")
     def _resolve(self):
         reg = registry()
-        if (self.op is None) == (self.workload is None):
+        if self.op is None and self.workload is None:
             raise _error([((), "give either op (with args) or workload", None)])
+        if self.op is not None and self.workload is not None:
+            raise _error([((), f"give either op or workload, not both (workload {self.workload!r} names its op)",
+                           None)])
         op_name, args = self.op, self.args
         if self.workload is not None:
             if self.workload not in reg.workloads:
-                raise _error([(("workload",), f"unknown workload {self.workload!r} (installed: "
-                                              f"{', '.join(sorted(reg.workloads)) or 'none'})", self.workload)])
+                installed = ", ".join(sorted(reg.workloads)) or "none"
+                msg = f"unknown workload {self.workload!r} (installed: {installed})"
+                raise _error([(("workload",), msg, self.workload)])
             op_name, wargs = reg.workloads[self.workload].obj
             args = {**wargs, **args}
         if op_name not in reg.ops:
@@ -240,9 +260,8 @@ class MeasureSection(Section):
     runner: Literal["local"] = Field("local", description="Where kernels run: \"local\" (this machine).")
     build_workers: int = Field(0, ge=0, description="Parallel build processes (0 = number of cores).")
 
-    def run_settings(self):
+    def run_settings(self) -> RunSettings:
         """Return the `tunekit.RunSettings` a target's `run` takes."""
-        from .targets import RunSettings
         return RunSettings(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
                            warmup=self.warmup, flush_cache=self.flush_cache)
 
@@ -286,12 +305,14 @@ class Recipe(Section):
             except AttributeError as e:  # a target class without `family`
                 raise _error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
             if spec.template is not None and spec.template not in [t.name for t in serving]:
-                problems.append((("tasks", i, "template"), f"no template {spec.template!r} for op {op!r} on target "
-                                 f"{self.target.name!r} (available: {', '.join(t.name for t in serving) or 'none'})",
-                                 spec.template))
+                available = ", ".join(t.name for t in serving) or "none"
+                msg = (f"no template {spec.template!r} for op {op!r} on target {self.target.name!r} "
+                       f"(available: {available})")
+                problems.append((("tasks", i, "template"), msg, spec.template))
             elif not serving:
-                problems.append((("tasks", i), f"no schedule template for op {op!r} on target {self.target.name!r}; "
-                                 "install a plugin that provides one", None))
+                msg = (f"no schedule template for op {op!r} on target {self.target.name!r}; "
+                       "install a plugin that provides one")
+                problems.append((("tasks", i), msg, None))
         if problems:
             raise _error(problems)
         return self
@@ -340,14 +361,15 @@ class Recipe(Section):
     def run_hash(self) -> str:
         """Return a stable hash identifying the run this recipe describes.
 
-        Budgets (tuning.trials, time_budget_s, early_stopping) are left out, so
-        raising them continues the same run; so are where results go (database)
-        and build parallelism (measure.build_workers). The seed is included.
-        Tasks count by op and canonical args, however they were written.
+        A run is identified by this hash plus `tuning.seed`, which is left out,
+        as are the budgets (tuning.trials, time_budget_s, early_stopping: raising
+        them continues the same run), where results go (database) and build
+        parallelism (measure.build_workers). Tasks count by op and canonical
+        args, however they were written.
         """
         data = self.to_dict()
         data["tasks"] = [[t.op.name, t.args, t.template_name] for t in self.task_objects()]
-        for key in BUDGETS:
+        for key in (*BUDGETS, "seed"):
             data["tuning"].pop(key, None)
         data["measure"].pop("build_workers", None)
         data.pop("database", None)
@@ -380,7 +402,9 @@ def _parse(path: Path, text: str) -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise RecipeError(f"{path}: {where}invalid YAML: {getattr(e, 'problem', None) or e}") from None
+        ctx, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+        ctx = f" ({ctx} at line {cmark.line + 1}, column {cmark.column + 1})" if ctx and cmark else ""
+        raise RecipeError(f"{path}: {where}invalid YAML: {getattr(e, 'problem', None) or e}{ctx}") from None
     except json.JSONDecodeError as e:
         raise RecipeError(f"{path}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}") from None
     raise RecipeError(f"{path}: unknown recipe format {ext!r} (use .toml, .yaml, .yml or .json)")
@@ -405,38 +429,3 @@ def load_recipe(path: str | Path) -> Recipe:
     if data is None:
         data = {}  # an empty YAML file
     return Recipe.from_dict(data, source=str(path))
-
-
-def json_schema() -> dict:
-    """Return a JSON Schema (draft 2020-12) of recipes for editors, covering the
-    installed plugins: target, model and explorer are `oneOf` a name or a table
-    per component whose `name` is a const and whose other keys are its Options."""
-    schema = Recipe.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    defs = schema.setdefault("$defs", {})
-    reg = registry()
-    for section, kind in COMPONENT_SECTIONS.items():
-        table = reg.components[kind]
-        prop = schema["properties"][section]
-        choices = []
-        if table:
-            choices.append({"type": "string", "enum": list(table), "description": f"Shorthand for {{name = ...}}."})
-        for name, entry in table.items():
-            prefix = re.sub(r"[^A-Za-z0-9]+", "-", f"{kind}-{name}") + "-"
-            opts = entry.obj.Options.model_json_schema(ref_template=f"#/$defs/{prefix}{{model}}")
-            defs.update({prefix + k: v for k, v in opts.pop("$defs", {}).items()})
-            opts["properties"] = {"name": {"const": name, "description": f"Use the {kind} {name!r} "
-                                                                            f"(plugin {entry.plugin})."},
-                                  **opts.get("properties", {})}
-            opts["required"] = ["name", *opts.get("required", [])]
-            opts["title"] = f"{kind} {name}"
-            opts["additionalProperties"] = False
-            choices.append(opts)
-        if choices:
-            prop["oneOf"] = choices
-        else:
-            prop["type"] = ["string", "object"]
-            prop["description"] += f" (no {kind} is installed)"
-    if not defs:
-        schema.pop("$defs")
-    return schema

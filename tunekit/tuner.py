@@ -140,3 +140,32 @@ class Tuner:
         st.model.fit(st.trials)
         st.explorer.observe(batch)
         st.fit_s += time.perf_counter() - t0
+
+
+def tune(tasks, target="x86", model="random", explorer="random", *, trials: int | None = None,
+         seed: int | None = None, database: str | None = None, progress: bool = False,
+         **sections) -> list[TaskState]:
+    """Tune `tasks` as a recipe would (library API for downstream compilers).
+
+    Args:
+        tasks: `tunekit.Task` objects, workload names, or recipe task dicts.
+        target, model, explorer: a component name, its Options, or an instance.
+        trials, seed, database: shortcuts for tuning.trials, tuning.seed, database.path.
+        progress: show progress bars on stderr.
+        sections: any other recipe section as a dict (tuning=..., measure=...).
+    Returns:
+        one TaskState per task (best trial, trials done, tuner and measuring time).
+    """
+    from .progress import TuneProgress
+    from .recipe import Recipe
+    tuning = dict(sections.pop("tuning", {}))
+    if trials is not None:
+        tuning["trials"] = trials
+    if seed is not None:
+        tuning["seed"] = seed
+    db = dict(sections.pop("database", {}))
+    if database is not None:
+        db["path"] = database
+    recipe = Recipe.from_dict({"tasks": list(tasks), "target": target, "model": model, "explorer": explorer,
+                               "tuning": tuning, "database": db, **sections}, source="tunekit.tune()")
+    return Tuner(recipe, TuneProgress() if progress else None).run()

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 from .._plugins import hookimpl
+from .batch_matmul import batch_matmul
+from .conv2d import conv2d
+from .depthwise_conv2d import depthwise_conv2d
 from .matmul import matmul
+from .workloads import workloads
 
 
 @hookimpl
 def tunekit_ops():
-    return [matmul]
+    return [matmul, batch_matmul, conv2d, depthwise_conv2d]
 
 
 @hookimpl
 def tunekit_workloads():
-    return {"matmul-1024": ("matmul", {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"})}
+    return workloads()

@@ -1,0 +1,265 @@
+"""The `tunekit` command line.
+
+Add a subcommand by writing one function taking the parsed arguments and
+returning an exit code, decorated with `@command(name, arg(...), ..., help=...)`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import RecipeError, TunekitError
+
+
+@dataclass
+class Command:
+    """A subcommand: its name, the function running it, one line of help, its arguments."""
+    name: str
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    arguments: list[tuple[tuple, dict]] = field(default_factory=list)
+
+
+#: subcommand name -> Command, in the order they were declared
+COMMANDS: dict[str, Command] = {}
+
+
+def arg(*flags: str, **kwargs) -> tuple[tuple, dict]:
+    """Describe one argument of a subcommand (as for `ArgumentParser.add_argument`)."""
+    return flags, kwargs
+
+
+def command(name: str, *arguments: tuple[tuple, dict], help: str):
+    """Register the decorated function `fn(args) -> exit code` as subcommand `name`.
+
+    Args:
+        name: the subcommand ("validate").
+        arguments: its arguments, each made with `arg(...)`.
+        help: one line for `tunekit --help`; the function's docstring is the long help.
+    """
+    def register(fn: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = Command(name, fn, help, list(arguments))
+        return fn
+    return register
+
+
+def parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every registered subcommand."""
+    from . import __version__
+    p = argparse.ArgumentParser(prog="tunekit", description="Learn to optimize tensor programs.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    p.add_argument("--version", action="version", version=f"tunekit {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in COMMANDS.values():
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.run.__doc__ or cmd.help)
+        for flags, kwargs in cmd.arguments:
+            sp.add_argument(*flags, **kwargs)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: the arguments after the program name (default: `sys.argv[1:]`).
+    Returns:
+        the exit code: 0 on success, 1 on an error, 2 on a usage error, 130 on Ctrl-C.
+    """
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as e:  # argparse exits on --help, --version and usage errors
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+    try:
+        return COMMANDS[args.command].run(args)
+    except TunekitError as e:
+        if args.debug:
+            traceback.print_exc()
+        lines = str(e).splitlines() or [type(e).__name__]
+        if isinstance(e, RecipeError):  # one problem per line
+            print("\n".join(f"error: {line}" for line in lines), file=sys.stderr)
+        else:
+            print("\n".join([f"error: {lines[0]}", *(f"  {line}" for line in lines[1:])]), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _console(stream=None):
+    """A rich console on `stream` (stdout by default); wide when not a terminal so tables don't wrap."""
+    from rich.console import Console
+    stream = stream or sys.stdout
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    return Console(file=stream, width=None if tty else 200, highlight=False, soft_wrap=not tty)
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]], header: bool = True):
+    from rich.table import Table
+    from rich.text import Text  # cells are literal text: "tasks[0]" is not markup
+    t = Table(title=title or None, title_justify="left", box=None, pad_edge=False, header_style="bold",
+              show_header=header)
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*(Text(c) for c in r))
+    return t
+
+
+@command("validate", arg("recipe", help="recipe file (.toml, .yaml, .yml or .json)"),
+         help="check a recipe against the installed plugins")
+def validate(args: argparse.Namespace) -> int:
+    """Check a recipe file and print what it would tune, or every problem in it."""
+    from .recipe import load_recipe
+    recipe = load_recipe(args.recipe)
+    out = _console()
+    out.print(f"OK {recipe.source}", markup=False)
+    tasks = recipe.task_objects()
+    rows = [[str(i), t.name, t.key, spec.template or "(default)"] for i, (t, spec) in
+            enumerate(zip(tasks, recipe.tasks))]
+    out.print(_table(f"tasks: {len(tasks)}", ["#", "task", "workload key", "template"], rows))
+    tuning = recipe.tuning
+    budget = [f"{tuning.trials} trials per task", f"seed {tuning.seed}"]
+    if tuning.time_budget_s is not None:
+        budget.append(f"time budget {tuning.time_budget_s:g} s")
+    if tuning.early_stopping is not None:
+        budget.append(f"early stopping after {tuning.early_stopping} trials")
+    rows = [["target", str(recipe.target)], ["model", str(recipe.model)], ["explorer", str(recipe.explorer)],
+            ["tuning", ", ".join(budget)], ["database", recipe.database.path], ["run hash", recipe.run_hash()]]
+    out.print(_table("", ["", ""], rows, header=False))
+    for spec in (recipe.target, recipe.model, recipe.explorer):
+        why = spec.available()
+        if why is not None:
+            print(f"warning: {recipe.source}: {spec.kind} {spec.name!r} is not available here: {why}", file=sys.stderr)
+    return 0
+
+
+@command("schema", arg("-o", "--output", help="write to this file instead of stdout"),
+         help="print the JSON Schema of recipes (for editors)")
+def schema(args: argparse.Namespace) -> int:
+    """Print the JSON Schema of recipes, covering the installed plugins' options."""
+    from .recipe_schema import json_schema
+    text = json.dumps(json_schema(), indent=2)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        except OSError as e:
+            raise TunekitError(f"cannot write the schema to {args.output}: {e.strerror or e}") from None
+    else:
+        print(text)
+    return 0
+
+
+@command("plugins", help="list the installed components and the plugins that failed to load")
+def plugins(args: argparse.Namespace) -> int:
+    """List every component of the installed plugins, whether it is usable here,
+    and the plugins that failed to load."""
+    from ._plugins import plugins as loaded
+    from ._registry import registry
+    reg = registry()
+    rows = []
+    for kind, table in reg.components.items():
+        for name, entry in table.items():
+            try:
+                why = entry.obj.available()
+            except Exception as e:  # noqa: BLE001 -- report a plugin bug, keep listing
+                why = f"available() raised {type(e).__name__}: {e}"
+            rows.append([kind, name, entry.plugin, entry.version, "ok" if why is None else why])
+    out = _console()
+    out.print(_table("components", ["kind", "name", "plugin", "version", "status"], rows))
+    broken, seen = [], set()
+    for b in loaded().broken:  # a hook that raises is recorded each time the registry is rebuilt
+        if (b.name, b.error) not in seen:
+            seen.add((b.name, b.error))
+            broken.append([b.name, b.dist, b.version, b.error])
+    if broken:
+        out.print()
+        out.print(_table("broken plugins", ["name", "dist", "version", "error"], broken))
+    out.print()
+    out.print(f"ops: {len(reg.ops)}  workloads: {len(reg.workloads)}  templates: {len(reg.templates)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+@command("tune", arg("recipe", help="recipe file (.toml, .yaml, .yml or .json)"),
+         arg("--trials", type=int, help="override tuning.trials"),
+         arg("--seed", type=int, help="override tuning.seed"),
+         help="run a tuning job; rerunning it resumes from the database")
+def tune(args: argparse.Namespace) -> int:
+    """Tune every task of a recipe, showing progress, then print a summary table.
+    Every trial is committed to the database as it is measured: a killed run resumes
+    where it stopped when started again."""
+    from .progress import TuneProgress, summary_table
+    from .recipe import Recipe, load_recipe
+    from .tuner import Tuner
+    recipe = load_recipe(args.recipe)
+    if args.trials is not None or args.seed is not None:
+        d = recipe.to_dict()
+        d["tuning"].update({k: v for k, v in (("trials", args.trials), ("seed", args.seed)) if v is not None})
+        recipe = Recipe.from_dict(d, source=recipe.source)
+    states = Tuner(recipe, TuneProgress()).run()
+    _console().print(summary_table(states))
+    return 0
+
+
+@command("best", arg("database", help="SQLite database written by `tunekit tune`"),
+         arg("--workload", help="only this workload (name or key)"), arg("--target", help="only this target"),
+         help="print the best config per workload and target")
+def best(args: argparse.Namespace) -> int:
+    """Print the best measured config of every (workload, target, device) in a database."""
+    import os
+
+    from .database import Database
+    if not os.path.exists(args.database):
+        raise TunekitError(f"{args.database}: no such database (run `tunekit tune RECIPE` first)")
+    db = Database(args.database)
+    try:
+        rows = db.best(args.workload, args.target)
+    finally:
+        db.close()
+    if not rows:
+        raise TunekitError(f"{args.database}: no trials recorded" + (" matching the filters" if
+                                                                       args.workload or args.target else ""))
+    out = [[r["name"] or r["op"], r["target"], r["device"], f"{r['gflops']:.1f}",
+            f"{r['cost'] * 1e3:.4f}" if r["cost"] else "-", str(r["trials"]), str(r["errors"]),
+            f"#{r['index']} {json.dumps(r['config'])}" if r["index"] is not None else "(none succeeded)"]
+           for r in rows]
+    _console().print(_table("", ["workload", "target", "device", "GFLOPS", "ms", "trials", "errors", "best config"],
+                            out))
+    return 0
+
+
+@command("show", arg("recipe", help="recipe file"), arg("--config", type=int, default=None,
+                                                         help="config index (default: the best recorded)"),
+         arg("--task", type=int, default=0, help="task number in the recipe (default 0)"),
+         help="print the lowered program of a config")
+def show(args: argparse.Namespace) -> int:
+    """Print a task's config space and the loop program of one config."""
+    from .database import Database
+    from .dispatch import best_index
+    from .recipe import load_recipe
+    recipe = load_recipe(args.recipe)
+    tasks = recipe.task_objects()
+    if not 0 <= args.task < len(tasks):
+        raise TunekitError(f"{recipe.source}: --task {args.task}: the recipe has {len(tasks)} task(s)")
+    ts = tasks[args.task].bind(recipe.target.create())
+    index = args.config
+    if index is None:
+        db = Database(recipe.database.path)
+        index = best_index(db, ts)
+        db.close()
+        if index is None:
+            raise TunekitError(f"{recipe.database.path}: no successful trial of {ts.task.name}; give --config N")
+    print(f"{ts.task.name} on {ts.target.name}, template {ts.template.name!r}: {ts.space}")
+    print(f"config {ts.space.get(index)}")
+    print(ts.program(index))
+    return 0

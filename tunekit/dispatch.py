@@ -1,0 +1,74 @@
+"""Compiled kernels for downstream compilers: the best known config of an op, or a
+default one when the database has none."""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+from ._registry import registry
+from .component import Options
+from .database import Database, TaskKey
+from .errors import TunekitError
+from .task import Task
+
+_local = threading.local()
+
+
+@contextmanager
+def apply_history_best(database: str):
+    """Within this block, `tunekit.build` uses the best configs recorded in `database`."""
+    stack = _local.__dict__.setdefault("stack", [])
+    db = Database(database)
+    stack.append(db)
+    try:
+        yield db
+    finally:
+        stack.pop()
+        db.close()
+
+
+def make_component(kind: str, spec):
+    """A component from a name, an Options object or an instance."""
+    reg = registry()
+    if isinstance(spec, str):
+        cls = reg.component(kind, spec)
+        return cls()
+    if isinstance(spec, Options):
+        for entry in reg.components[kind].values():
+            if type(spec) is entry.obj.Options:
+                return entry.obj(spec)
+        raise TunekitError(f"no installed {kind} takes options of type {type(spec).__name__}")
+    return spec
+
+
+class Kernel:
+    """A compiled kernel: call it with the op's arrays (inputs, then outputs)."""
+
+    def __init__(self, fn, task: Task, config, tuned: bool):
+        self.fn, self.task, self.config, self.tuned = fn, task, config, tuned
+
+    def __call__(self, *arrays) -> None:
+        self.fn(*arrays)
+
+    def __repr__(self) -> str:
+        how = "best known" if self.tuned else "default (no record)"
+        return f"Kernel({self.task.name}, {how} config {self.config.index})"
+
+
+def best_index(db: Database, ts) -> int | None:
+    key = TaskKey(ts.task.key, ts.target.name, ts.device.fingerprint(), ts.template.name)
+    best = [t for t in db.trials(key) if t.ok]
+    return min(best, key=lambda t: t.cost).index if best else None
+
+
+def build(op: str, args: dict, target="x86", template: str | None = None) -> Kernel:
+    """Compile `op(**args)` for `target` with the best config in the active
+    `apply_history_best` database, else the template's first valid config."""
+    tgt = make_component("target", target)
+    ts = Task(op, args, template=template).bind(tgt)
+    stack = getattr(_local, "stack", [])
+    index = best_index(stack[-1], ts) if stack else None
+    tuned = index is not None
+    if index is None:
+        index = next(i for i in range(ts.space.size) if ts.space.valid(i))
+    return Kernel(tgt.load(tgt.build(ts.program(index))), ts.task, ts.space.get(index), tuned)

@@ -1,0 +1,56 @@
+"""depthwise_conv2d (channel multiplier 1): data[N, C, H, W] (NCHW) * weight[C, 1, R, S]
+= out[N, C, OH, OW]; each channel is convolved with its own R x S filter.
+
+Output sizes, stride/padding/dilation and the "pad" stage are as in conv2d; the
+convolution stage is "depthwise_conv", a sum over (ry, rx).
+"""
+from __future__ import annotations
+
+import numpy as np
+from pydantic import PositiveInt
+
+from .. import te
+from .conv2d import NonNegativePair, PositivePair, WindowArgs, out_size, padded, pair, windows
+from .op import Op
+
+
+class DepthwiseConv2dArgs(WindowArgs):
+    N: PositiveInt
+    C: PositiveInt
+    H: PositiveInt
+    W: PositiveInt
+    R: PositiveInt
+    S: PositiveInt
+    stride: PositivePair = (1, 1)
+    padding: NonNegativePair = (0, 0)
+    dilation: PositivePair = (1, 1)
+
+
+def compute(N: int, C: int, H: int, W: int, R: int, S: int, stride=1, padding=0, dilation=1,
+            dtype: str = "float32"):
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    data = te.placeholder((N, C, H, W), "data", dtype)
+    weight = te.placeholder((C, 1, R, S), "weight", dtype)
+    pad = padded(data, padding)
+    ry, rx = te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
+    out = te.compute(
+        (N, C, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)),
+        lambda n, c, y, x: te.sum(pad[n, c, y * sh + ry * dh, x * sw + rx * dw] * weight[c, 0, ry, rx],
+                                  axis=[ry, rx]),
+        name="depthwise_conv")
+    return [data, weight, out]
+
+
+def reference(data, weight, *, R, S, stride=1, padding=0, dilation=1, **_):
+    win = windows(data, R, S, stride, padding, dilation)
+    out = np.einsum("nchwrs,crs->nchw", win, weight[:, 0].astype(np.float64))
+    return [out.astype(data.dtype, order="C")]
+
+
+def flops(N, C, H, W, R, S, stride=1, padding=0, dilation=1, **_):
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    return 2 * N * C * out_size(H, R, sh, ph, dh) * out_size(W, S, sw, pw, dw) * R * S
+
+
+depthwise_conv2d = Op("depthwise_conv2d", DepthwiseConv2dArgs, compute, reference, flops=flops,
+                      reduction_size=lambda R, S, **_: R * S)
