@@ -1,0 +1,100 @@
+"""Measurement on the real x86 target: wrong answers, hangs, kills and resumes."""
+import os
+import platform
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+import tunekit
+from tunekit import _plugins
+from tunekit.database import Database
+
+pytest.importorskip("llvmlite")
+pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
+
+SMALL = dict(M=64, N=64, K=64, dtype="float32")
+
+
+@pytest.fixture
+def faulty():
+    import faulty_templates
+    _plugins.register(faulty_templates, "faulty-templates")
+    yield
+    _plugins.unregister("faulty-templates")
+
+
+def rows(db):
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT config_index, error, message, cost FROM trials ORDER BY id").fetchall()
+
+
+def test_wrong_answer_is_recorded(tmp_path, faulty):
+    db = str(tmp_path / "t.db")
+    states = tunekit.tune([{"op": "matmul", "args": SMALL, "template": "wrong"}], trials=2, database=db,
+                          measure={"repeat": 1, "min_repeat_ms": 0})
+    got = rows(db)
+    assert len(got) == 2 and states[0].best is None
+    assert all(r[1] == "wrong answer" and "differ from the reference" in r[2] for r in got)
+
+
+def test_hanging_kernel_becomes_run_timeout_and_tuning_goes_on(tmp_path, faulty):
+    db = str(tmp_path / "t.db")
+    t0 = time.monotonic()
+    tunekit.tune([{"op": "matmul", "args": SMALL, "template": "hang"}], trials=2, database=db,
+                 measure={"timeout_s": 1.5, "repeat": 1, "min_repeat_ms": 0}, tuning={"batch_size": 1})
+    got = rows(db)
+    assert [r[1] for r in got] == ["run timeout", "run timeout"]
+    assert time.monotonic() - t0 < 30
+
+
+def test_good_template_measures_and_builds_from_history(tmp_path):
+    db = str(tmp_path / "t.db")
+    st = tunekit.tune([tunekit.Task("matmul", SMALL)], trials=6, database=db,
+                      measure={"repeat": 2, "min_repeat_ms": 1})[0]
+    assert st.done == 6 and st.best is not None and st.best_gflops > 0
+    with tunekit.apply_history_best(db):
+        k = tunekit.build("matmul", SMALL)
+    assert k.tuned and k.config.index == st.best.index
+
+
+def test_kill_9_loses_nothing_and_resume_does_not_remeasure(tmp_path):
+    db = tmp_path / "k.db"
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f"""
+[target]
+name = "x86"
+[[tasks]]
+op = "matmul"
+args = {{ M = 64, N = 64, K = 64 }}
+[tuning]
+trials = 24
+batch_size = 4
+[measure]
+repeat = 2
+min_repeat_ms = 1
+[database]
+path = "{db}"
+""")
+    cmd = [sys.executable, "-m", "tunekit", "tune", str(recipe)]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if db.exists() and len(rows(db)) >= 6:
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)   # the tuner and its build/run workers
+    proc.wait()
+    before = rows(db)
+    assert 6 <= len(before) < 24
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    after = rows(db)
+    assert after[: len(before)] == before                  # nothing measured was lost
+    assert len(after) == 24                                 # the run went on to its budget
+    assert len({r[0] for r in after}) == 24                 # and never measured a config twice
+    d = Database(str(db))
+    assert d.best()[0]["trials"] == 24
+    d.close()
