@@ -83,8 +83,11 @@ path = "{db}"
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if db.exists() and len(rows(db)) >= 6:
-            break
+        try:
+            if len(rows(db)) >= 6:
+                break
+        except sqlite3.OperationalError:   # not created yet
+            pass
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)   # the tuner and its build/run workers
     proc.wait()
