@@ -66,6 +66,9 @@ class Target(Component):
 
     #: "cpu" or "gpu": which family of templates serves this target.
     family: ClassVar[str]
+    #: Whether running a kernel writes real outputs the core can check (only
+    #: simulated test targets say no).
+    produces_output: ClassVar[bool] = True
 
     def device(self) -> DeviceInfo:
         """Describe the device this target compiles for (may be called often: cache it)."""

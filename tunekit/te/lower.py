@@ -11,8 +11,8 @@ from __future__ import annotations
 from .. import ir
 from ..errors import ScheduleError
 from . import bound
-from .schedule import Fuse, Schedule, Split, Stage
-from .tensor import REDUCE, Reduce, Tensor, TensorLoad
+from .schedule import Schedule, Split, Stage
+from .tensor import REDUCE, Reduce, Tensor
 
 _INIT = {"sum": lambda dt: ir.const(0 if dt.startswith("int") else 0.0, dt),
          "max": lambda dt: ir.const(-(2 ** 31) if dt.startswith("int") else float("-inf"), dt)}

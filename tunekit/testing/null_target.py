@@ -16,7 +16,8 @@ import hashlib
 import math
 import pickle
 import random
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -27,7 +28,6 @@ from ..errors import BuildError
 from ..ir import interp
 from ..ops.matmul import compute as matmul_compute
 from ..ops.op import Template
-from ..space import ConfigSpace
 from ..targets import Artifact, DeviceInfo, RunSettings, Target
 from ..te.bound import affine
 
@@ -259,8 +259,7 @@ def null_matmul_template(cfg, device: DeviceInfo, M: int, N: int, K: int, dtype:
     cfg.define_split("tile_i", i, num_outputs=2)
     cfg.define_split("tile_j", j, num_outputs=2)
     cfg.define_knob("annotate", ["none", "vec", "parallel", "vec+parallel"])
-    if isinstance(cfg, ConfigSpace):
-        cfg.constrain(lambda e: e["tile_j"][-1] > 1 or "vec" not in e["annotate"])
+    cfg.constrain(lambda e: e["tile_j"][-1] > 1 or "vec" not in e["annotate"])
     io, ii = cfg["tile_i"].apply(s, C, i)
     jo, ji = cfg["tile_j"].apply(s, C, j)
     s[C].reorder(io, jo, k, ii, ji)
@@ -292,3 +291,27 @@ class _NullPlugin:
 
 null_plugin = _NullPlugin()
 NULL_PLUGIN_NAME = "tunekit.testing"
+
+
+def simulated_trials(task_space, indices, failed=()) -> list:
+    """Measure configs of `task_space` on a NullTarget, without running anything.
+
+    Args:
+        task_space: a `TaskSpace` (its target is used when it is a NullTarget).
+        indices: config indices to "measure".
+        failed: indices that get a build error (empty costs) instead.
+    Returns:
+        `tunekit.measure.Trial`s with `.candidate` set, in the order of `indices`.
+    """
+    from ..measure import BUILD_ERROR, Trial
+    target = task_space.target if isinstance(task_space.target, NullTarget) else NullTarget()
+    settings, failed = RunSettings(repeat=3), set(failed)
+    out = []
+    for cand in task_space.candidates(list(indices)):
+        trial = Trial(index=cand.index, config=cand.config.to_json(), candidate=cand)
+        if cand.index in failed:
+            trial.error, trial.message = BUILD_ERROR, "simulated build failure"
+        else:
+            trial.costs = target.run(target.build(cand.program), [], settings)
+        out.append(trial)
+    return out
