@@ -90,7 +90,7 @@ def run(program: n.Program, *arrays: np.ndarray) -> None:
         raise ValueError(f"{program.name} takes {len(program.params)} arrays, got {len(arrays)}")
     ns = {"math": math, "_fma": _fma, "inf": math.inf, "nan": math.nan}
     exec(compile(compile_python(program), f"<tunekit.ir.interp {program.name}>", "exec"), ns)
-    lists = [a.reshape(-1).tolist() for a in arrays]
+    lists = [np.ravel(a).tolist() for a in arrays]
     ns["kernel"](*lists)
     for a, vals in zip(arrays, lists):
-        a.reshape(-1)[:] = np.asarray(vals, dtype=a.dtype)
+        a[...] = np.asarray(vals, dtype=a.dtype).reshape(a.shape)

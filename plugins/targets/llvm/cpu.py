@@ -1,0 +1,364 @@
+"""The `x86` and `arm-cpu` targets: loop IR -> LLVM IR (`codegen.py`) -> O3 object
+code for the CPU's features; loaded in-process with MCJIT and called through ctypes.
+
+llvmlite is imported lazily (tunekit core never imports it); `available()` says
+when it is missing.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import hashlib
+import os
+import platform
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+from pydantic import Field
+
+import tunekit
+from tunekit import ir
+from tunekit.errors import BuildError, TunekitError
+
+_X86 = ("x86_64", "amd64")
+_ARM = ("aarch64", "arm64")
+
+
+class KernelArgumentError(TunekitError, ValueError):
+    """A compiled kernel was called with arrays that do not match its parameters."""
+
+
+class KernelLoadError(TunekitError):
+    """A compiled kernel cannot be loaded or run on this machine."""
+
+
+def _host_arch() -> str:
+    return platform.machine().lower()
+
+
+@functools.cache
+def _llvm():
+    """llvmlite.binding with every target initialized (never `llvm.initialize()`: it raises)."""
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return llvm
+
+
+def _llvmlite_missing() -> str | None:
+    try:
+        import llvmlite.binding  # noqa: F401
+    except ImportError as e:
+        return f"llvmlite is not installed ({e}); install it with: pip install 'tunekit[llvm]'"
+    return None
+
+
+def _sys_caches() -> dict[str, int]:
+    """L1 data / L2 sizes of cpu0 from sysfs ({} when not readable)."""
+    out: dict[str, int] = {}
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    for d in sorted(root.glob("index*")) if root.is_dir() else []:
+        try:
+            level, kind = (d / "level").read_text().strip(), (d / "type").read_text().strip()
+            size = (d / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        nbytes = int(size.rstrip("KMG") or 0) * mult
+        if level == "1" and kind in ("Data", "Unified"):
+            out["l1"] = nbytes
+        elif level == "2" and kind in ("Data", "Unified"):
+            out["l2"] = nbytes
+    return out
+
+
+class _CpuTarget(tunekit.Target):
+    """What x86 and arm-cpu share: build with llvmlite, load with MCJIT."""
+
+    family: ClassVar[str] = "cpu"
+    run_arch: ClassVar[tuple[str, ...]] = ()
+    _caches_default: ClassVar[tuple[int, int]] = (32 << 10, 1 << 20)
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self._memo: dict = {}
+
+    def __getstate__(self):
+        return {"options": self.options}
+
+    def __setstate__(self, state):
+        self.options, self._memo = state["options"], {}
+
+    # -- what subclasses say -----------------------------------------------------
+    def triple(self) -> str:
+        raise NotImplementedError
+
+    def cpu_features(self) -> tuple[str, str]:
+        """(LLVM cpu name, feature string) to compile for."""
+        return self.options.mcpu, ""
+
+    def vector_bits(self) -> int:
+        return 128
+
+    def threads(self) -> int:
+        """Threads a parallel loop runs on."""
+        return self.options.num_threads or os.cpu_count() or 1
+
+    # -- Target ------------------------------------------------------------------
+    def device(self) -> tunekit.DeviceInfo:
+        if "device" not in self._memo:
+            cpu, _ = self.cpu_features()
+            l1, l2 = self._caches_default
+            if _host_arch() in self.run_arch:
+                found = _sys_caches()
+                l1, l2 = found.get("l1", l1), found.get("l2", l2)
+            self._memo["device"] = tunekit.DeviceInfo(
+                name=cpu, family="cpu", vector_bits=self.vector_bits(), cores=self.threads(),
+                l1_bytes=l1, l2_bytes=l2, extra={"triple": self.triple()})
+        return self._memo["device"]
+
+    def target_machine(self):
+        """The llvmlite TargetMachine this target compiles with (cached)."""
+        if "tm" not in self._memo:
+            llvm = _llvm()
+            cpu, features = self.cpu_features()
+            try:
+                target = llvm.Target.from_triple(self.triple())
+            except RuntimeError as e:
+                raise BuildError(f"{self.name}: LLVM has no backend for {self.triple()}: {e}") from e
+            self._memo["tm"] = target.create_target_machine(
+                cpu=cpu, features=features, opt=self.options.opt_level,
+                reloc="pic", codemodel="small")
+        return self._memo["tm"]
+
+    def _compile(self, program: ir.Program):
+        """Generate, verify and optimize: returns (generated IR text, optimized llvmlite module)."""
+        from . import codegen
+        llvm = _llvm()
+        tm = self.target_machine()
+        try:
+            module = codegen.generate(program, self.threads())
+            module.triple, module.data_layout = tm.triple, str(tm.target_data)
+            text = str(module)
+        except TunekitError:
+            raise
+        except Exception as e:
+            raise BuildError(f"{program.name}: llvm codegen failed for {self.name}: "
+                             f"{type(e).__name__}: {e}") from e
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as e:
+            raise BuildError(f"{program.name}: generated LLVM IR is invalid ({e}); this is a codegen bug, "
+                             "please report it with the program") from e
+        pto = llvm.create_pipeline_tuning_options(speed_level=self.options.opt_level)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return text, mod
+
+    def build(self, program: ir.Program) -> tunekit.Artifact:
+        text, mod = self._compile(program)
+        tm = self.target_machine()
+        cpu, features = self.cpu_features()
+        obj = tm.emit_object(mod)
+        meta = {"llvm_ir": text, "triple": self.triple(), "cpu": cpu, "features": features,
+                "params": [(b.name, tuple(b.shape), b.dtype) for b in program.params],
+                "parallel": '@"GOMP_parallel"' in text}
+        return tunekit.Artifact(target=self.name, entry=program.name, data=bytes(obj), meta=meta)
+
+    def assembly(self, program: ir.Program) -> str:
+        """The optimized assembly of `program` for this target (for inspection and tests)."""
+        return self.target_machine().emit_assembly(self._compile(program)[1])
+
+    def optimized_ir(self, program: ir.Program) -> str:
+        """The LLVM IR of `program` after the O3 pipeline."""
+        return str(self._compile(program)[1])
+
+    def load(self, artifact: tunekit.Artifact) -> Callable[..., None]:
+        why = self.available()
+        if why is not None:
+            raise KernelLoadError(f"{self.name}: cannot run kernel {artifact.entry} here: {why}")
+        if artifact.target != self.name:
+            raise KernelLoadError(f"{self.name}: artifact {artifact.entry} was built for {artifact.target!r}")
+        return _load(artifact)
+
+
+class X86Target(_CpuTarget):
+    """x86-64 CPUs (the host by default), vectorized up to AVX-512."""
+
+    name: ClassVar[str] = "x86"
+    run_arch = _X86
+
+    class Options(tunekit.Options):
+        mcpu: str = Field("", description="LLVM CPU name to compile for (e.g. 'znver4', 'skylake-avx512'); "
+                                          "empty = the host CPU with its exact features")
+        num_threads: int = Field(0, ge=0, description="threads for parallel loops; 0 = all cores")
+        opt_level: int = Field(3, ge=0, le=3, description="LLVM optimization level (0-3)")
+
+    @classmethod
+    def available(cls) -> str | None:
+        missing = _llvmlite_missing()
+        if missing:
+            return missing
+        if _host_arch() not in _X86:
+            return f"the host is {platform.machine()}, not x86-64"
+        return None
+
+    def triple(self) -> str:
+        return _llvm().get_process_triple() if _host_arch() in _X86 else "x86_64-unknown-linux-gnu"
+
+    def cpu_features(self) -> tuple[str, str]:
+        if self.options.mcpu:
+            return self.options.mcpu, ""
+        llvm = _llvm()
+        return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+    def vector_bits(self) -> int:
+        if not self.options.mcpu:
+            feats = _llvm().get_host_cpu_features()
+            return 512 if feats.get("avx512f") else 256 if feats.get("avx2") else 128
+        # a named CPU: ask its target machine which registers a 16-float add uses
+        llvm = _llvm()
+        mod = llvm.parse_assembly(
+            "define void @probe(ptr %a) {\n  %x = load <16 x float>, ptr %a\n"
+            "  %y = fadd <16 x float> %x, %x\n  store <16 x float> %y, ptr %a\n  ret void\n}\n")
+        mod.triple = self.triple()
+        asm = self.target_machine().emit_assembly(mod)
+        return 512 if "zmm" in asm else 256 if "ymm" in asm else 128
+
+
+class ArmCpuTarget(_CpuTarget):
+    """64-bit ARM CPUs with NEON (cross-compiled anywhere; running needs an ARM device)."""
+
+    name: ClassVar[str] = "arm-cpu"
+    run_arch = _ARM
+    _CACHES: ClassVar[dict[str, tuple[int, int]]] = {
+        "cortex-a53": (32 << 10, 512 << 10), "cortex-a55": (32 << 10, 256 << 10),
+        "cortex-a72": (32 << 10, 1 << 20), "cortex-a76": (64 << 10, 512 << 10),
+        "neoverse-n1": (64 << 10, 1 << 20), "neoverse-v1": (64 << 10, 1 << 20)}
+
+    class Options(tunekit.Options):
+        mcpu: str = Field("cortex-a72", description="LLVM CPU name: cortex-a53, cortex-a72, cortex-a76, "
+                                                    "neoverse-n1, apple-m1 ...")
+        num_threads: int = Field(4, ge=0, description="threads for parallel loops; 0 = all cores of the host")
+        opt_level: int = Field(3, ge=0, le=3, description="LLVM optimization level (0-3)")
+
+    @property
+    def _caches_default(self) -> tuple[int, int]:
+        return self._CACHES.get(self.options.mcpu, (32 << 10, 1 << 20))
+
+    @classmethod
+    def available(cls) -> str | None:
+        missing = _llvmlite_missing()
+        if missing:
+            return missing
+        if _host_arch() not in _ARM:
+            return "running needs an ARM device (the remote runner is not built yet); building works here"
+        return None
+
+    def triple(self) -> str:
+        return "aarch64-unknown-linux-gnu"
+
+    def vector_bits(self) -> int:
+        return 128
+
+
+# -- loading -------------------------------------------------------------------------
+
+_ENGINES: OrderedDict = OrderedDict()
+_ENGINES_MAX = 64
+_LOCK = threading.Lock()
+
+
+@functools.cache
+def _gomp() -> str | None:
+    """Make libgomp's symbols visible to MCJIT; returns why not, or None."""
+    llvm = _llvm()
+    errors = []
+    for name in ("libgomp.so.1", ctypes.util.find_library("gomp")):
+        if not name:
+            continue
+        try:
+            llvm.load_library_permanently(name)
+            return None
+        except RuntimeError as e:
+            errors.append(str(e))
+    return "libgomp (GNU OpenMP runtime) was not found: " + "; ".join(errors or ["find_library('gomp') is None"])
+
+
+def _load(artifact: tunekit.Artifact) -> Callable[..., None]:
+    key = (artifact.entry, hashlib.blake2b(artifact.data, digest_size=16).digest())
+    with _LOCK:
+        hit = _ENGINES.get(key)
+        if hit is None:
+            why = _gomp()
+            if why and artifact.meta.get("parallel"):
+                raise KernelLoadError(f"cannot load {artifact.entry}: its parallel loops need {why}")
+            llvm = _llvm()
+            # the engine owns (and frees) its target machine: give it its own
+            tm = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine()
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+            engine.add_object_file(llvm.ObjectFileRef.from_data(artifact.data))
+            engine.finalize_object()
+            addr = engine.get_function_address(artifact.entry)
+            if not addr:
+                raise KernelLoadError(f"kernel {artifact.entry} not found in its object code")
+            hit = _ENGINES[key] = (engine, addr)
+            while len(_ENGINES) > _ENGINES_MAX:
+                _ENGINES.popitem(last=False)
+        else:
+            _ENGINES.move_to_end(key)
+    engine, addr = hit
+    return _kernel(artifact, engine, addr)
+
+
+@functools.cache
+def _data_pointer() -> Callable[[np.ndarray], int]:
+    """The fastest way to an array's data address: read PyArrayObject.data (right after
+    the object header) when that reads what numpy reports, else `a.ctypes.data`."""
+    probe = np.arange(3.0)
+    offset = object.__basicsize__   # PyArrayObject: PyObject_HEAD, then char *data
+    read = ctypes.c_void_p.from_address
+    try:
+        if platform.python_implementation() == "CPython" and read(id(probe) + offset).value == probe.ctypes.data:
+            return lambda a: read(id(a) + offset).value
+    except (ValueError, OSError):
+        pass
+    return lambda a: a.ctypes.data
+
+
+def _kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., None]:
+    params = [(name, tuple(shape), np.dtype(dtype if dtype != "bool" else np.bool_))
+              for name, shape, dtype in artifact.meta["params"]]
+    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(params))(addr)
+    entry, n, data = artifact.entry, len(params), _data_pointer()
+    expected = [(dt, shape) for _, shape, dt in params]
+
+    def bad(k: int, a) -> KernelArgumentError:
+        name, shape, dt = params[k]
+        got = (f"{a.dtype} array of shape {a.shape}" + ("" if a.flags.c_contiguous else ", not C-contiguous")
+               + ("" if a.flags.aligned else ", not aligned") if isinstance(a, np.ndarray) else type(a).__name__)
+        return KernelArgumentError(f"{entry}: argument {k} ({name}) must be a C-contiguous, aligned {dt} "
+                                   f"numpy array of shape {shape}; got a {got}")
+
+    def kernel(*arrays: np.ndarray) -> None:
+        if len(arrays) != n:
+            raise KernelArgumentError(f"{entry} takes {n} arrays ({', '.join(p[0] for p in params)}), "
+                                      f"got {len(arrays)}")
+        for k, a in enumerate(arrays):
+            dt, shape = expected[k]
+            if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shape
+                    and (f := a.flags).c_contiguous and f.aligned):
+                raise bad(k, a)
+        cfunc(*map(data, arrays))
+
+    kernel.engine = engine   # the code lives as long as the engine does
+    kernel.__name__ = entry
+    return kernel
