@@ -478,6 +478,12 @@ def test_plugin_hooks_and_options():
     assert isinstance(d, tunekit.DeviceInfo) and d.family == "cpu" and d.cores >= 1 and d.l1_bytes > 0
 
 
+def test_available_says_when_llvmlite_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llvmlite.binding", None)    # import llvmlite.binding -> ImportError
+    for cls in (X86Target, ArmCpuTarget):
+        assert "llvmlite is not installed" in cls.available()
+
+
 class TestX86Contract(TargetContract):
     target_class = X86Target
 

@@ -101,3 +101,32 @@ path = "{db}"
     d = Database(str(db))
     assert d.best()[0]["trials"] == 24
     d.close()
+
+
+def test_slow_first_run_is_timed_once_under_a_cutoff():
+    import numpy as np
+
+    from tunekit._workers import execute
+    from tunekit.measure import CheckSettings
+    from tunekit.targets import RunSettings
+
+    class Slow:
+        produces_output = True
+        timed = 0
+
+        def load(self, artifact):
+            def fn(a, b, c):
+                time.sleep(0.02)
+                c[...] = a @ b
+            return fn
+
+        def run(self, artifact, args, settings):
+            Slow.timed += 1
+            return [0.02] * settings.repeat
+
+    task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
+    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=0.005))
+    assert out.error is None and len(out.costs) == 1 and out.costs[0] >= 0.02 and "cutoff" in out.message
+    assert Slow.timed == 0
+    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=None))
+    assert out.costs == [0.02] * 3 and Slow.timed == 1

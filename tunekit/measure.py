@@ -67,11 +67,14 @@ class TaskSpec:
 
 @dataclass
 class CheckSettings:
-    """How outputs are compared with the reference (None = the op's default)."""
+    """How outputs are compared with the reference (None = the op's default), and
+    `cutoff_s`: a kernel whose first (checked) run is slower than this is timed by
+    that run alone — it is far from the best, and full timing would cost seconds."""
     check: bool = True
     rtol: float | None = None
     atol: float | None = None
     seed: int = 0
+    cutoff_s: float | None = None
 
 
 class Measurer:
@@ -82,11 +85,8 @@ class Measurer:
     """
 
     def __init__(self, target, options, seed: int = 0):
-        from .targets import RunSettings
         self.target, self.opt = target, options
-        self.settings = RunSettings(number=options.number, repeat=options.repeat,
-                                    min_repeat_ms=options.min_repeat_ms, warmup=options.warmup,
-                                    flush_cache=options.flush_cache)
+        self.settings = options.run_settings()
         self.check = CheckSettings(options.check, options.rtol, options.atol, seed)
         self.spec = target.spec()
         self.inline = not _spawnable(target)

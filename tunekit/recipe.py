@@ -257,6 +257,8 @@ class MeasureSection(Section):
                                "scaled with the reduction length).")
     atol: float | None = Field(None, ge=0, description="Absolute tolerance of the check (default: the op's).")
     flush_cache: bool = Field(False, description="Evict caches before each timed repeat.")
+    cutoff: float | None = Field(10.0, gt=1, description="A config whose first run is slower than this many "
+                                 "times the task's best so far is timed by that run alone (None: time fully).")
     runner: Literal["local"] = Field("local", description="Where kernels run: \"local\" (this machine).")
     build_workers: int = Field(0, ge=0, description="Parallel build processes (0 = number of cores).")
 

@@ -134,6 +134,8 @@ class Tuner:
             hook(task=st.ts.task, trial=trial)
 
         t0 = time.perf_counter()
+        cut = self.recipe.measure.cutoff
+        measurer.check.cutoff_s = st.best.cost * cut if cut and st.best is not None else None
         batch = measurer.measure(st.ts, indices, record)
         st.measure_s += time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -188,7 +188,7 @@ class _Lowering:
             if with_children:
                 body = self._children(s, iv, body, tags)
             kind, tag = s.annotations.get(iv, (ir.SERIAL, None))
-            if tag is not None and tag != "vthread" and tag in tags:
+            if tag is not None and tag != "vthread" and tag in tags and tags[tag][0] is not iv:
                 var, ext = tags[tag]
                 if self.ext[iv] > ext:
                     raise ScheduleError(f"{op.name}: {iv.name} bound to {tag} needs {self.ext[iv]} threads, "

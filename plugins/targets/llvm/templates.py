@@ -18,12 +18,16 @@ def matmul_cpu(cfg, device, M, N, K, dtype="float32"):
     lanes = device.lanes(dtype)
     i, j = s[C].op.axis
     cfg.define_split("tile_i", M, num_outputs=3, filter=lambda v: v[-1] <= 16)
-    cfg.define_split("tile_j", N, num_outputs=3,
-                     filter=lambda v: v[-1] <= 4 * lanes and (v[-1] % lanes == 0 or v[-1] < lanes))
-    cfg.define_split("tile_k", K, num_outputs=2)
+    # whole vectors across columns (a guarded, masked tail when N is not a multiple)
+    cfg.define_split("tile_j", N, num_outputs=3, policy="power2",
+                     filter=lambda v: v[-1] <= 4 * lanes and (v[-1] % lanes == 0 or 2 * v[-1] > min(N, lanes)))
+    cfg.define_split("tile_k", K, num_outputs=2, filter=lambda v: v[-1] >= min(K, 8))
     cfg.define_knob("order", [0, 1, 2])
     cfg.define_knob("unroll_k", [False, True])
     cfg.constrain(lambda c: c["tile_i"][-1] * -(-c["tile_j"][-1] // lanes) <= _MAX_ACC)
+    # the local tile lives in L2, and there is a tile per core at least
+    cfg.constrain(lambda c: c["tile_i"][1] * c["tile_i"][2] * c["tile_j"][1] * c["tile_j"][2] * 4 <= device.l2_bytes)
+    cfg.constrain(lambda c: c["tile_i"][0] * c["tile_j"][0] >= min(device.cores, M * N))
 
     io, im, ii = cfg["tile_i"].apply(s, C, i)
     jo, jm, jv = cfg["tile_j"].apply(s, C, j)
