@@ -97,3 +97,22 @@ def test_misuse_is_a_clear_error():
         s[C].fuse(io, j)
     with pytest.raises(ScheduleError, match="reduction cannot be inlined"):
         s[C].compute_inline()
+
+
+def test_packed_layout_indices_simplify_and_region_shrinks():
+    M = N = K = 32
+    A, B = te.placeholder((M, K), "A"), te.placeholder((K, N), "B")
+    Bp = te.compute((N // 16, K, 16), lambda jo, k, ji: B[k, jo * 16 + ji], name="Bp")
+    k = te.reduce_axis(K, "k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * Bp[j // 16, k, j % 16], axis=k), name="C")
+    s = te.create_schedule(C)
+    i, j = C.op.axis
+    jo, ji = s[C].split(j, 16)
+    s[C].reorder(jo, i, k, ji)
+    s[Bp].compute_at(s[C], jo)
+    a, b, c = mats(M, N, K)
+    p = run(s, [A, B, C], a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    text = str(p)
+    assert "Bp = alloc(float32, [1, 32, 16]" in text      # one panel per column tile
+    assert "//" not in text and "%" not in text           # (16*jo + ji) // 16 -> jo

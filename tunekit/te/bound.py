@@ -120,3 +120,39 @@ def _interval(e: ir.Expr, extents: dict) -> tuple[int, int] | None:
     if e.op == "%" and b[0] == b[1] and b[0] > 0:
         return (a[0], a[1]) if a[0] >= 0 and a[1] < b[0] else (0, b[0] - 1)
     return None
+
+
+def simplify(e: ir.Expr, extents: dict) -> ir.Expr:
+    """Rewrite `(c*q + r) // c` to `q` and `(c*q + r) % c` to `r` where the loop
+    extents prove 0 <= r < c (packed layouts and fused loops index this way)."""
+    class M(ir.Mutator):
+        def visit_BinOp(self, node):
+            node = self.generic_visit(node)
+            if node.op not in ("//", "%") or not isinstance(node.b, ir.Const) or node.b.value <= 0:
+                return node
+            c = int(node.b.value)
+            form = affine(node.a, ir.free_vars(node.a))
+            if form is None:
+                return node
+            const = form.get(None, 0)
+            q = {k: v // c for k, v in form.items() if k is not None and v % c == 0}
+            r = {k: v for k, v in form.items() if k is not None and v % c != 0}
+            q[None], r[None] = const // c, const % c
+            lo = _min_value(r, extents)
+            hi = max_value(r, extents)
+            if lo is None or hi is None or lo < 0 or hi >= c:
+                return node
+            return to_expr(q) if node.op == "//" else to_expr(r)
+    return M().visit(e)
+
+
+def _min_value(form: dict, extents: dict) -> int | None:
+    lo = form.get(None, 0)
+    for v, c in form.items():
+        if v is None:
+            continue
+        rng = _interval(v.expr, extents) if isinstance(v, Term) else (0, extents[v] - 1) if v in extents else None
+        if rng is None:
+            return None
+        lo += min(c * rng[0], c * rng[1])
+    return lo

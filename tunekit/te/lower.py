@@ -22,10 +22,10 @@ def _combine(comb: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return a + b if comb == "sum" else ir.max_(a, b)
 
 
-def _flat(indices, shape) -> ir.Expr:
+def _flat(indices, shape, extents: dict) -> ir.Expr:
     out = ir.const(0)
     for i, d in zip(indices, shape):
-        out = out * d + i
+        out = out * d + bound.simplify(i, extents)
     return _simplify(out)
 
 
@@ -85,7 +85,7 @@ class _Lowering:
                 continue
             vals = self._root_values(q)
             for load in _loads_of(self.bodies[q], t):
-                accesses.append([ir.substitute(i, vals) for i in load.indices])
+                accesses.append([bound.simplify(ir.substitute(i, vals), self.ext) for i in load.indices])
         mins, exts, guards = [], [], []
         for d, size in enumerate(t.shape):
             rng = [bound.access_range(a[d], {v: self.ext[v] for v in ir.free_vars(a[d]) if v not in fixed}, fixed)
@@ -147,7 +147,7 @@ class _Lowering:
         if s is not None and s.attach is not None:
             indices = [i - bound.to_expr(m) for i, m in zip(indices, self.root_min[s])]
         buf = self.buffers[t]
-        return _flat(indices, buf.shape)
+        return _flat(indices, buf.shape, self.ext)
 
     def _translate(self, expr, vals) -> ir.Expr:
         low = self
