@@ -2,9 +2,8 @@
 
 The program is printed as Python source (loops stay loops, float math in
 float64) and executed; it exists to check that every schedule computes the
-right answer, not to be fast. GPU thread loops run one thread at a time, with
-the body split at barriers so that every thread finishes one phase before any
-thread starts the next; "local" buffers inside them are per thread.
+right answer, not to be fast. GPU threads run as Python generators, switched at
+barriers, so that every thread reaches a barrier before any passes it.
 """
 from __future__ import annotations
 
@@ -17,58 +16,61 @@ from .printer import Printer
 from .visitor import Visitor
 
 
-class _Has(Visitor):
-    def __init__(self, cls):
-        self.cls, self.found = cls, False
-
-    def generic_visit(self, node):
-        if isinstance(node, self.cls):
-            self.found = True
-        elif not self.found:
-            super().generic_visit(node)
-
-
-def _contains(s, cls) -> bool:
-    v = _Has(cls)
-    v.visit(s)
-    return v.found
-
-
-def _phases(s: n.Stmt) -> list[n.Stmt]:
-    """Split a thread loop body at its top-level barriers."""
-    out, cur = [], []
-    for x in s.stmts if isinstance(s, n.Seq) else [s]:
-        if isinstance(x, n.Barrier):
-            out.append(cur)
-            cur = []
-        else:
-            cur.append(x)
-    out.append(cur)
-    return [n.seq(*c) for c in out if c]
-
-
 class _PyPrinter(Printer):
+    """Python source for a Program; a nest of threadIdx loops becomes a generator
+    per thread (a barrier is a `yield`) run round-robin, so that every thread
+    reaches a barrier before any passes it. Shared buffers are allocated once per
+    block, outside the threads; local ones inside, once per thread."""
+
     def __init__(self):
         super().__init__(python=True)
+        self.in_threads = False
 
     def stmt(self, s, ind, out):
-        if isinstance(s, n.For) and s.kind == n.THREAD and _contains(s.body, n.Barrier):
-            return self._threaded(s, ind, out)
+        if isinstance(s, n.For) and s.kind == n.THREAD and (s.thread_tag or "").startswith("threadIdx") \
+                and not self.in_threads:
+            return self._threads(s, ind, out)
+        if isinstance(s, n.Allocate) and s.buffer.scope == "shared" and self.in_threads:
+            return self.stmt(s.body, ind, out)      # allocated per block, before the threads
+        if isinstance(s, n.Barrier) and self.in_threads:
+            out.append(f"{'  ' * ind}yield")
+            return None
         return super().stmt(s, ind, out)
 
-    def _threaded(self, s: n.For, ind: int, out: list[str]) -> None:
-        pad, v = "  " * ind, self.name(s.var)
-        body, locals_ = s.body, []
-        while isinstance(body, n.Allocate):
-            locals_.append(body.buffer)
+    def _threads(self, s: n.For, ind: int, out: list[str]) -> None:
+        pad = "  " * ind
+        loops, body = [], s
+        while isinstance(body, n.For) and body.kind == n.THREAD and (body.thread_tag or "").startswith("threadIdx"):
+            loops.append(body)
             body = body.body
-        for b in locals_:
-            out.append(f"{pad}{self.name(b)}__t = [[0] * {b.size} for _ in range({s.extent})]")
-        for phase in _phases(body):
-            out.append(f"{pad}for {v} in range({s.extent}):")
-            for b in locals_:
-                out.append(f"{pad}  {self.name(b)} = {self.name(b)}__t[{v}]")
-            self.stmt(phase, ind + 1, out)
+        for b in _shared_buffers(body):
+            out.append(f"{pad}{self.name(b)} = [0] * {b.size}")
+        fn = f"_thread{len(out)}"
+        args = ", ".join(self.name(lp.var) for lp in loops)
+        out.append(f"{pad}def {fn}({args}):")
+        self.in_threads = True
+        self.stmt(body, ind + 1, out)
+        self.in_threads = False
+        out.append(f"{pad}  yield")
+        ranges = " ".join(f"for {self.name(lp.var)} in range({lp.extent})" for lp in loops)
+        out.append(f"{pad}_run_threads([{fn}({args}) {ranges}])")
+
+
+def _shared_buffers(s) -> list:
+    found = []
+
+    class V(Visitor):
+        def visit_Allocate(self, node):
+            if node.buffer.scope == "shared":
+                found.append(node.buffer)
+            self.generic_visit(node)
+    V().visit(s)
+    return found
+
+
+def _run_threads(threads) -> None:
+    while threads:
+        threads = [t for t in threads if next(t, StopIteration) is not StopIteration]
 
 
 def _fma(a, b, c):
@@ -88,7 +90,7 @@ def run(program: n.Program, *arrays: np.ndarray) -> None:
     """Execute `program` on numpy arrays (params order), writing outputs in place."""
     if len(arrays) != len(program.params):
         raise ValueError(f"{program.name} takes {len(program.params)} arrays, got {len(arrays)}")
-    ns = {"math": math, "_fma": _fma, "inf": math.inf, "nan": math.nan}
+    ns = {"math": math, "_fma": _fma, "inf": math.inf, "nan": math.nan, "_run_threads": _run_threads}
     exec(compile(compile_python(program), f"<tunekit.ir.interp {program.name}>", "exec"), ns)
     lists = [np.ravel(a).tolist() for a in arrays]
     ns["kernel"](*lists)
