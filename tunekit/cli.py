@@ -120,9 +120,10 @@ def validate(args: argparse.Namespace) -> int:
     out = _console()
     out.print(f"OK {recipe.source}", markup=False)
     tasks = recipe.task_objects()
-    rows = [[str(i), t.name, t.key, spec.template or "(default)"] for i, (t, spec) in
-            enumerate(zip(tasks, recipe.tasks))]
-    out.print(_table(f"tasks: {len(tasks)}", ["#", "task", "workload key", "template"], rows))
+    target = recipe.target.create()
+    rows = [[str(i), t.name, t.key, *_space_summary(t, target)] for i, t in enumerate(tasks)]
+    out.print(_table(f"tasks: {len(tasks)}", ["#", "task", "workload key", "template", "space size",
+                                              "valid"], rows))
     tuning = recipe.tuning
     budget = [f"{tuning.trials} trials per task", f"seed {tuning.seed}"]
     if tuning.time_budget_s is not None:
@@ -137,6 +138,15 @@ def validate(args: argparse.Namespace) -> int:
         if why is not None:
             print(f"warning: {recipe.source}: {spec.kind} {spec.name!r} is not available here: {why}", file=sys.stderr)
     return 0
+
+
+def _space_summary(task, target) -> list[str]:
+    """Template name, config space size and estimated valid fraction of a task."""
+    try:
+        ts = task.bind(target)
+        return [ts.template.name, f"{ts.space.size:,}", f"{ts.space.valid_fraction():.0%}"]
+    except TunekitError as e:
+        return ["-", f"unavailable: {e}", "-"]
 
 
 @command("schema", arg("-o", "--output", help="write to this file instead of stdout"),

@@ -128,7 +128,8 @@ def simplify(e: ir.Expr, extents: dict) -> ir.Expr:
     class M(ir.Mutator):
         def visit_BinOp(self, node):
             node = self.generic_visit(node)
-            if node.op not in ("//", "%") or not isinstance(node.b, ir.Const) or node.b.value <= 0:
+            if (not isinstance(node, ir.BinOp) or node.op not in ("//", "%")   # rebuilding may fold
+                    or not isinstance(node.b, ir.Const) or node.b.value <= 0):
                 return node
             c = int(node.b.value)
             form = affine(node.a, ir.free_vars(node.a))
