@@ -145,8 +145,8 @@ def _space_summary(task, target) -> list[str]:
     try:
         ts = task.bind(target)
         return [ts.template.name, f"{ts.space.size:,}", f"{ts.space.valid_fraction():.0%}"]
-    except TunekitError as e:
-        return ["-", f"unavailable: {e}", "-"]
+    except Exception as e:  # best effort: a target may not describe its device here
+        return ["-", f"unknown ({type(e).__name__}: {e})", "-"]
 
 
 @command("schema", arg("-o", "--output", help="write to this file instead of stdout"),
