@@ -89,6 +89,21 @@ class Database:
                       r[7] or time.time())
                 for r in self.conn.execute(q + " ORDER BY id", params)]
 
+    def history(self, target: str, device: str, exclude: set[str], limit: int = 20000) -> list[tuple]:
+        """Recent trials of other workloads on this target and device, for transfer:
+        (op, args, template, Trial) tuples, newest first, at most `limit`."""
+        q = ("SELECT op, args, template, workload, config_index, config, costs, error, message, build_s, run_s, "
+             "timestamp FROM trials WHERE target=? AND device=? ORDER BY id DESC")
+        out = []
+        for r in self.conn.execute(q, (target, device)):
+            if r[3] in exclude:
+                continue
+            out.append((r[0], json.loads(r[1]), r[2], Trial(int(r[4]), json.loads(r[5]), json.loads(r[6]), r[7],
+                                                            r[8] or "", r[9] or 0.0, r[10] or 0.0, r[11])))
+            if len(out) >= limit:
+                break
+        return out
+
     def count(self, key: TaskKey, run: str) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM trials WHERE workload=? AND target=? AND device=? "
                                  "AND template=? AND run=?",

@@ -2,12 +2,14 @@
 guided by the cost model, measure it, record it, refit the model, repeat."""
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
 
 from ._plugins import plugins
 from .database import Database, TaskKey
+from .errors import TunekitError
 from .measure import Measurer, Trial
 
 
@@ -20,6 +22,7 @@ class TaskState:
     explorer: object
     rng: random.Random
     trials: list[Trial] = field(default_factory=list)   # every known trial (earlier runs too)
+    curve: list[float] = field(default_factory=list)    # best cost after each known trial
     done: int = 0                  # trials of this run
     best: Trial | None = None
     errors: int = 0
@@ -43,6 +46,7 @@ class TaskState:
             self.since_best += 1
         if trial.ok and (self.best is None or trial.cost < self.best.cost):
             self.best, self.since_best = trial, 0
+        self.curve.append(self.best.cost if self.best else float("inf"))
 
 
 class Tuner:
@@ -58,18 +62,14 @@ class Tuner:
             from .errors import TunekitError
             raise TunekitError(f"target {self.target.name!r} cannot run here: {why}")
 
-    def _state(self, db: Database, task, n: int) -> TaskState:
-        tun = self.recipe.tuning
+    def _state(self, db: Database, task) -> TaskState:
         ts = task.bind(self.target)
         key = TaskKey(task.key, self.target.name, ts.device.fingerprint(), ts.template.name)
-        rng = random.Random(f"{tun.seed}:{task.key}")
+        rng = random.Random(f"{self.recipe.tuning.seed}:{task.key}")
         st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng)
         for t in db.trials(key):   # resume: every trial known for this task, from any run
             st.add(t, False)
         st.done = db.count(key, self.run_id)
-        if st.trials:
-            st.model.fit(st.trials)
-        st.explorer.start(ts, st.model, rng)
         return st
 
     def _propose(self, st: TaskState, n: int) -> list[int]:
@@ -83,35 +83,83 @@ class Tuner:
 
     def run(self) -> list[TaskState]:
         r = self.recipe
-        tasks = r.task_objects()
         db = Database(r.database.path, r.database.log)
         measurer = Measurer(self.target, r.measure, r.tuning.seed)
         hook = plugins().pm.hook.tunekit_trial_measured
         t_end = time.monotonic() + r.tuning.time_budget_s if r.tuning.time_budget_s else None
-        states = [self._state(db, t, r.tuning.trials) for t in tasks]
-        budget = r.tuning.trials
+        states = [self._state(db, t) for t in r.task_objects()]
+        if r.tuning.transfer:
+            self._transfer(db, states)
+        for st in states:
+            if st.trials:
+                st.model.fit(st.trials)
+            st.explorer.start(st.ts, st.model, st.rng)
+        # `trials` is a mean: the scheduler may give a task up to twice that
+        total, cap = r.tuning.trials * len(states), 2 * r.tuning.trials
         try:
             if self.progress:
-                self.progress.start(states, budget)
-            while True:
-                live = [s for s in states if not self._finished(s, budget, t_end)]
+                self.progress.start(states, r.tuning.trials)
+            while sum(s.done for s in states) < total:
+                live = [s for s in states if not self._finished(s, cap, t_end)]
                 if not live:
                     break
-                for st in live:
-                    self._batch(st, db, measurer, hook, budget)
-                    if self.progress:
-                        self.progress.update(st)
+                st = self._pick(live)
+                self._batch(st, db, measurer, hook, min(cap, st.done + total - sum(s.done for s in states)))
+                if self.progress:
+                    self.progress.update(st)
         finally:
             measurer.close()
             db.close()
             if self.progress:
                 self.progress.stop()
+        for st in states:
+            st.finished = st.finished or "budget"
         return states
 
-    def _finished(self, st: TaskState, budget: int, t_end) -> bool:
+    def _pick(self, live: list[TaskState]) -> TaskState:
+        """The task whose next batch should lower the total time the most: tasks
+        first get two batches each, then the one with the largest expected gain
+        per trial (recent improvement of its best time, or an optimistic share of
+        its best time while it has few trials)."""
+        warm = 2 * self.recipe.tuning.batch_size
+        cold = [s for s in live if s.done < warm]
+        if cold:
+            return min(cold, key=lambda s: s.done)
+
+        def gain(s: TaskState) -> float:
+            if s.best is None:   # nothing ran yet: no evidence that more trials help
+                return 0.0
+            w = min(len(s.curve) - 1, warm)
+            before = s.curve[-1 - w] if w > 0 else s.curve[-1]
+            recent = (before - s.curve[-1]) / w if w > 0 and before != float("inf") else 0.0
+            return max(recent, 0.5 * s.best.cost / max(1, s.done))
+        return max(live, key=gain)
+
+    def _transfer(self, db: Database, states: list[TaskState]) -> None:
+        """Train each task's global model on the history of other workloads (Eq. 4)."""
+        from .task import Task
+        key = states[0].key
+        rows = db.history(key.target, key.device, {s.key.workload for s in states})
+        spaces: dict = {}
+        records = []
+        for op, args, template, trial in rows:
+            k = (op, json.dumps(args, sort_keys=True), template)
+            if k not in spaces:
+                try:
+                    spaces[k] = Task(op, args, template=template).bind(self.target)
+                except TunekitError:
+                    spaces[k] = None   # its op or template is no longer installed
+            if spaces[k] is not None:
+                trial.candidate = spaces[k].candidates([trial.index])[0]
+                records.append(trial)
+        if records:
+            for st in states:
+                st.model.fit_history(records)
+
+    def _finished(self, st: TaskState, cap: int, t_end) -> bool:
         tun = self.recipe.tuning
         if not st.finished:
-            if st.done >= budget:
+            if st.done >= cap:
                 st.finished = "budget"
             elif tun.early_stopping and st.best is not None and st.since_best >= tun.early_stopping:
                 st.finished = "early stop"
@@ -119,8 +167,8 @@ class Tuner:
                 st.finished = "time budget"
         return bool(st.finished)
 
-    def _batch(self, st: TaskState, db: Database, measurer: Measurer, hook, budget: int) -> None:
-        n = min(self.recipe.tuning.batch_size, budget - st.done)
+    def _batch(self, st: TaskState, db: Database, measurer: Measurer, hook, limit: int) -> None:
+        n = min(self.recipe.tuning.batch_size, limit - st.done)
         t0 = time.perf_counter()
         indices = self._propose(st, n)
         st.propose_s += time.perf_counter() - t0

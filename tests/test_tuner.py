@@ -1,0 +1,80 @@
+"""The tuning loop on NullTarget: budgets, resume, the multi-task scheduler, transfer."""
+import numpy as np
+import pytest
+
+import tunekit
+from tunekit.database import Database
+from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
+
+
+@pytest.fixture
+def null():
+    tunekit._plugins.register(null_plugin, NULL_PLUGIN_NAME)
+    yield
+    tunekit._plugins.unregister(NULL_PLUGIN_NAME)
+
+
+def task(M, N=16, K=16):
+    return {"op": "matmul", "args": {"M": M, "N": N, "K": K}, "template": "null-matmul"}
+
+
+def test_loop_spends_the_budget_and_resumes_to_the_same_total(tmp_path, null):
+    db = str(tmp_path / "t.db")
+    kw = dict(target="null", trials=12, database=db, tuning={"batch_size": 4})
+    st = tunekit.tune([task(16)], **kw)[0]
+    assert st.done == 12 and st.best is not None and len(st.ts.measured) == 12
+    again = tunekit.tune([task(16)], **kw)[0]           # the same run: already complete
+    assert again.done == 12 and len(again.trials) == 12
+    more = tunekit.tune([task(16)], seed=1, **kw)[0]    # another seed is another run
+    assert more.done == 12 and len(more.trials) == 24 and len({t.index for t in more.trials}) == 24
+
+
+def test_scheduler_gives_more_trials_to_the_task_that_costs_more(tmp_path, null):
+    db = str(tmp_path / "t.db")
+    small, big = tunekit.tune([task(4, 4, 4), task(64, 64, 64)], target="null", trials=24, database=db,
+                              tuning={"batch_size": 4})
+    assert small.done + big.done == 48
+    assert big.done > small.done and big.done <= 48
+
+
+def test_epsilon_greedy_and_exhaustion(tmp_path, null):
+    st = tunekit.tune([task(1, 4, 4)], target="null", trials=40, database=str(tmp_path / "t.db"),
+                      tuning={"batch_size": 4, "epsilon": 0.5})[0]
+    assert st.finished == "space exhausted" and st.done == st.ts.space.size - 2   # 10 of 12 are valid
+
+
+class Recorder(tunekit.CostModel):
+    """Records what it was trained on (a test model)."""
+    name = "recorder"
+    history: list = []
+
+    def fit(self, trials):
+        pass
+
+    def fit_history(self, records):
+        Recorder.history = [(r.candidate.program.name, r.candidate.features("knob").shape) for r in records]
+
+    def predict(self, candidates):
+        return np.zeros(len(candidates))
+
+
+class RecorderPlugin:
+    @tunekit.hookimpl
+    def tunekit_cost_models(self):
+        return [Recorder]
+
+
+def test_transfer_trains_the_global_model_on_other_workloads(tmp_path, null):
+    db = str(tmp_path / "t.db")
+    tunekit.tune([task(8), task(32)], target="null", trials=8, database=db, tuning={"batch_size": 4})
+    tunekit._plugins.register(RecorderPlugin(), "recorder")
+    try:
+        tunekit.tune([task(16)], target="null", model="recorder", trials=4, database=db,
+                     tuning={"transfer": True, "batch_size": 4})
+    finally:
+        tunekit._plugins.unregister("recorder")
+    assert len(Recorder.history) == 16                      # both other workloads, not this one
+    assert all(name.startswith("matmul_") for name, _ in Recorder.history)
+    d = Database(db)
+    assert len(d.best()) == 3
+    d.close()
