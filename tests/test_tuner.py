@@ -78,3 +78,16 @@ def test_transfer_trains_the_global_model_on_other_workloads(tmp_path, null):
     d = Database(db)
     assert len(d.best()) == 3
     d.close()
+
+
+def test_report_plots_a_curve_per_search(tmp_path, null):
+    from tunekit.cli import main
+    db = str(tmp_path / "t.db")
+    for seed in (0, 1):
+        tunekit.tune([task(16)], target="null", trials=8, seed=seed, database=db)
+    png = tmp_path / "r.png"
+    assert main(["report", db, "--png", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from tunekit.report import report
+    rows = report(db, None)
+    assert len(rows) == 2 and all("random+random run" in r[0] and r[1] == "8" for r in rows)

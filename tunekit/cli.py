@@ -273,3 +273,21 @@ def show(args: argparse.Namespace) -> int:
     print(f"config {ts.space.get(index)}")
     print(ts.program(index))
     return 0
+
+
+@command("report", arg("database", help="SQLite database written by `tunekit tune`"),
+         arg("--png", default="tunekit-report.png", help="where to write the plot ('' for none)"),
+         help="plot best-so-far GFLOPS vs trials per task and print a summary")
+def report(args: argparse.Namespace) -> int:
+    """Plot the best GFLOPS found against the number of trials for every task (and
+    every run, when several models or explorers ran), and print a summary table."""
+    import os
+
+    from .report import report as make_report
+    if not os.path.exists(args.database):
+        raise TunekitError(f"{args.database}: no such database (run `tunekit tune RECIPE` first)")
+    rows = make_report(args.database, args.png or None)
+    _console().print(_table("", ["task", "trials", "best GFLOPS"], rows))
+    if args.png:
+        print(f"plot: {args.png}")
+    return 0

@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS trials (
     target_options TEXT NOT NULL,
     device TEXT NOT NULL,         -- device fingerprint
     template TEXT NOT NULL,
+    model TEXT, explorer TEXT,    -- the search that proposed it
     config_index TEXT NOT NULL,   -- text: indices can exceed 2**63
     config TEXT NOT NULL,         -- knob values, JSON
     costs TEXT NOT NULL,          -- seconds per run, JSON list; empty on error
@@ -62,12 +63,12 @@ class Database:
         self.conn.commit()
         self.log = open(log, "a") if log else None
 
-    def add(self, run: str, ts, trial: Trial) -> None:
-        """Record one trial of task space `ts` and commit it."""
+    def add(self, run: str, ts, trial: Trial, model: str = "", explorer: str = "") -> None:
+        """Record one trial of task space `ts` (proposed by `model` + `explorer`) and commit it."""
         task, target = ts.task, ts.target
         row = dict(run=run, workload=task.key, op=task.op.name, args=json.dumps(task.args, sort_keys=True),
                    workload_name=task.name, target=target.name, target_options=target.options.model_dump_json(),
-                   device=ts.device.fingerprint(), template=ts.template.name, config_index=str(trial.index),
+                   device=ts.device.fingerprint(), template=ts.template.name, model=model, explorer=explorer, config_index=str(trial.index),
                    config=json.dumps(trial.config), costs=json.dumps(trial.costs),
                    cost=trial.cost if trial.ok else None, error=trial.error, message=trial.message,
                    flops=task.flops, build_s=trial.build_s, run_s=trial.run_s, timestamp=trial.timestamp,
@@ -128,6 +129,20 @@ class Database:
                              config=json.loads(best[1]) if best else None, cost=r[10],
                              gflops=(r[11] / r[10] / 1e9) if r[10] else 0.0, trials=r[12], errors=r[13]))
         return rows
+
+    def curves(self) -> dict[tuple, list[tuple[int, float]]]:
+        """Best-so-far GFLOPS after each trial, per (workload name, target, model,
+        explorer, run): {key: [(trial number, GFLOPS), ...]} in measuring order."""
+        out: dict[tuple, list] = {}
+        best: dict[tuple, float] = {}
+        q = "SELECT workload_name, target, model, explorer, run, cost, flops FROM trials ORDER BY id"
+        for name, target, model, explorer, run, cost, flops in self.conn.execute(q):
+            key = (name, target, model, explorer, run)
+            g = flops / cost / 1e9 if cost else 0.0
+            best[key] = max(best.get(key, 0.0), g)
+            curve = out.setdefault(key, [])
+            curve.append((len(curve) + 1, best[key]))
+        return out
 
     def close(self) -> None:
         self.conn.close()

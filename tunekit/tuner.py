@@ -177,7 +177,7 @@ class Tuner:
             return
 
         def record(trial: Trial) -> None:
-            db.add(self.run_id, st.ts, trial)
+            db.add(self.run_id, st.ts, trial, self.recipe.model.name, self.recipe.explorer.name)
             st.add(trial, True)
             hook(task=st.ts.task, trial=trial)
 
