@@ -91,3 +91,33 @@ def test_report_plots_a_curve_per_search(tmp_path, null):
     from tunekit.report import report
     rows = report(db, None)
     assert len(rows) == 2 and all("random+random run" in r[0] and r[1] == "8" for r in rows)
+
+
+def test_cli_tune_best_show(tmp_path, null, capsys):
+    from tunekit.cli import main
+    db = tmp_path / "t.db"
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f"""
+[target]
+name = "null"
+[[tasks]]
+op = "matmul"
+args = {{ M = 16, N = 16, K = 16 }}
+template = "null-matmul"
+[tuning]
+trials = 6
+[database]
+path = "{db}"
+""")
+    assert main(["tune", str(recipe)]) == 0
+    assert "tuning summary" in capsys.readouterr().out
+    assert main(["tune", str(recipe), "--trials", "8"]) == 0      # resumes: 2 more
+    assert Database(str(db)).best()[0]["trials"] == 8
+    assert main(["best", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "matmul" in out and "null" in out
+    assert main(["show", str(recipe), "--config", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "config Config(3:" in out and "def matmul_3(" in out and "for " in out
+    assert main(["show", str(recipe)]) == 0                        # the best recorded config
+    assert main(["best", str(tmp_path / "none.db")]) == 1
