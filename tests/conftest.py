@@ -71,3 +71,14 @@ def fresh_plugins():
     tunekit._plugins.reload()
     yield
     tunekit._plugins.reload()
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """Only the built-in op library plus the fake components of tests/fakes.py, for one test."""
+    from fakes import FAKE
+    monkeypatch.setenv("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
+    tunekit._plugins.reload()
+    tunekit._plugins.register(FAKE, "fake")
+    yield FAKE
+    tunekit._plugins.reload()  # the env var is restored after this, so the next use autoloads again

@@ -5,8 +5,6 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-from pydantic import Field
 
 import tunekit
 from tunekit import _plugins, cli
@@ -14,59 +12,9 @@ from tunekit._registry import registry
 from tunekit.errors import TunekitError
 
 ROOT = Path(__file__).parent.parent
+from fakes import FakeGpu, FakeModel, FakeTarget, _template  # noqa: F401
+
 RECIPES = Path(__file__).parent / "recipes"
-
-
-class FakeTarget(tunekit.Target):
-    name = "fake-cpu"
-    family = "cpu"
-
-    class Options(tunekit.Options):
-        num_threads: int = Field(0, description="Threads (0 = all cores).")
-
-
-class FakeGpu(tunekit.Target):
-    name = "fake-gpu"
-    family = "gpu"
-
-    @classmethod
-    def available(cls):
-        return "no fake GPU here"
-
-
-class FakeModel(tunekit.CostModel):
-    name = "fake-model"
-
-    class Options(tunekit.Options):
-        objective: str = Field("rank", description="Loss.")
-        trees: int = Field(10, description="Number of trees.")
-
-
-class FakeExplorer(tunekit.Explorer):
-    name = "fake-explorer"
-
-
-def _template(name, targets):
-    return tunekit.Template("matmul", name, targets, lambda cfg, device, **args: None)
-
-
-FAKE = SimpleNamespace(
-    tunekit_targets=tunekit.hookimpl(lambda: [FakeTarget, FakeGpu]),
-    tunekit_cost_models=tunekit.hookimpl(lambda: [FakeModel]),
-    tunekit_explorers=tunekit.hookimpl(lambda: [FakeExplorer]),
-    tunekit_templates=tunekit.hookimpl(lambda: [_template("direct", ("cpu", "gpu"))]),
-    tunekit_workloads=tunekit.hookimpl(lambda: {"fake.mm": ("matmul", {"M": 128, "N": 128, "K": 128})}),
-)
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    """Only the built-in op library plus the FAKE plugin, for one test."""
-    monkeypatch.setenv("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
-    _plugins.reload()
-    _plugins.register(FAKE, "fake")
-    yield FAKE
-    _plugins.reload()
 
 
 def run(capsys, *argv):
@@ -108,6 +56,8 @@ def test_validate_unparsable_and_missing_files(fake, capsys, tmp_path):
 
 
 def test_validate_warns_about_unavailable_components(fake, capsys, tmp_path):
+    _plugins.register(SimpleNamespace(tunekit_templates=tunekit.hookimpl(lambda: [_template("gpu", ("gpu",))])),
+                      "fake-gpu-templates")
     path = tmp_path / "gpu.yaml"
     path.write_text("target: fake-gpu\nmodel: fake-model\nexplorer: fake-explorer\ntasks: [fake.mm]\n")
     code, out, err = run(capsys, "validate", str(path))
