@@ -104,7 +104,6 @@ path = "{db}"
 
 
 def test_slow_first_run_is_timed_once_under_a_cutoff():
-
     from tunekit._workers import execute
     from tunekit.measure import CheckSettings
     from tunekit.targets import RunSettings
