@@ -22,8 +22,8 @@ Kinds (`extract(task_space, index, kind)`; `TaskSpace.features` caches them):
   then the loaded ones in order of appearance; `RELATION_BUFFERS` slots): reuse,
   accesses and -log2(times the loop is entered) against touched bytes (the
   memory hierarchy), touched bytes and stride against the iterations of the
-  sub-nest; per annotation, the annotated loop's extent against the sub-nest
-  iterations; plus a few global scalars. Fixed length for every task, so it is
+  sub-nest; per annotation, log2(1 + extent) of the annotated loops against the
+  sub-nest iterations; plus a few global scalars. Fixed length for every task, so it is
   the kind to transfer across workloads (`feature_names("relation")` names
   each entry).
 
@@ -200,9 +200,9 @@ class LoopNest:
         out = np.zeros((n_slots, len(self.extent), 4))
         with np.errstate(divide="ignore", invalid="ignore"):
             hit = m.any(1)
-            elems = np.where(m, touched, -np.inf).max(1)
+            elems = np.where(m, touched, -np.inf).max(1, initial=-np.inf)
             count = np.log2(np.where(m, np.exp2(self.count[accesses]), 0.0).sum(1))
-            out[..., 0] = np.where(hit, np.where(m, touched + np.log2(elem), -np.inf).max(1), 0.0)
+            out[..., 0] = np.where(hit, np.where(m, touched + np.log2(elem), -np.inf).max(1, initial=-np.inf), 0.0)
             out[..., 1] = np.where(hit, count, 0.0)
             out[..., 2] = np.where(hit, count - elems, 0.0)
             out[..., 3] = np.log2(1.0 + np.where(m, self.coef[accesses] * elem, 0.0).max(1, initial=0.0))
@@ -219,7 +219,7 @@ def flatten_features(nest: LoopNest, n_loops: int, n_buffers: int) -> np.ndarray
     loop = np.column_stack([nest.log_ext, np.asarray(nest.depth, np.float64), ann, nest.topdown, nest.bottomup])
     acc = np.arange(len(nest.acc_buf))
     touch = nest.buffer_touch(acc, n_buffers, nest.acc_buf_arr)         # (B, L, 4)
-    rows = np.concatenate([loop, touch.transpose(1, 0, 2).reshape(n, -1)], axis=1)
+    rows = np.concatenate([loop, touch.transpose(1, 0, 2).reshape(n, _FLATTEN_BUF * n_buffers)], axis=1)
     out = np.zeros((n_loops, _FLATTEN_LOOP + _FLATTEN_BUF * n_buffers), np.float32)
     out[:min(n, n_loops)] = rows[:n_loops]
     return out.ravel()
@@ -281,14 +281,14 @@ def relation_features(nest: LoopNest) -> np.ndarray:
     z = np.zeros((len(path), len(_REL_COLS)))
     z[:, 0] = np.cumsum(logext[::-1])[::-1]                                   # sub-nest iterations
     kinds = np.asarray(nest.kind)[path]
-    for a in range(1, len(ANNOTATIONS)):
-        z[:, a] = np.where(kinds == a, logext, 0.0)
+    for a in range(1, len(ANNOTATIONS)):   # log2(1 + extent): an annotated loop of extent 1 still shows
+        z[:, a] = np.where(kinds == a, np.log2(1.0 + np.exp2(logext)), 0.0)
     entries = -(np.cumsum(logext) - logext)                                   # -log2(times entered)
     per_buf = np.stack([touch[..., 0], touch[..., 2], touch[..., 1],
                         np.broadcast_to(entries, touch.shape[:2]), touch[..., 3]], axis=-1)   # (B, P, 5)
-    z[:, len(ANNOTATIONS):] = per_buf.transpose(1, 0, 2).reshape(len(path), -1)
+    z[:, len(ANNOTATIONS):] = per_buf.transpose(1, 0, 2).reshape(len(path), 5 * RELATION_BUFFERS)
     vals, keys = z[:, _REL_VAL[_REL_PAIR_OF]], z[:, _REL_KEY[_REL_PAIR_OF]]  # (P, features)
-    rel = np.where(keys < _REL_THRESH, vals, -np.inf).max(axis=0)
+    rel = np.where(keys < _REL_THRESH, vals, -np.inf).max(axis=0, initial=-np.inf)
     rel[~np.isfinite(rel)] = 0.0
     glob[0], glob[1] = logs[hot], len(path)
     sizes = [math.log2(max(1, b.size) * _dtype_bytes(b.dtype)) for b in nest.buffer_list]
