@@ -10,11 +10,22 @@ def _is_node(x) -> bool:
     return isinstance(x, (Expr, Stmt))
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(node) -> tuple[str, ...]:
+    # dataclasses.fields() is slow and lowering walks many nodes: cache per class
+    names = _FIELDS.get(type(node))
+    if names is None:
+        names = _FIELDS[type(node)] = tuple(f.name for f in fields(node))
+    return names
+
+
 def children(node) -> list:
     """Return the direct Expr/Stmt children of `node`, in field order."""
     out = []
-    for f in fields(node):
-        v = getattr(node, f.name)
+    for name in _field_names(node):
+        v = getattr(node, name)
         if _is_node(v):
             out.append(v)
         elif isinstance(v, (list, tuple)):
@@ -52,16 +63,16 @@ class Mutator:
 
     def generic_visit(self, node):
         changes = {}
-        for f in fields(node):
-            v = getattr(node, f.name)
+        for name in _field_names(node):
+            v = getattr(node, name)
             if _is_node(v):
                 nv = self.visit(v)
                 if nv is not v:
-                    changes[f.name] = nv
+                    changes[name] = nv
             elif isinstance(v, (list, tuple)) and any(_is_node(x) for x in v):
                 nv = [self.visit(x) if _is_node(x) else x for x in v]
                 if any(a is not b for a, b in zip(nv, v)):
-                    changes[f.name] = type(v)(nv)
+                    changes[name] = type(v)(nv)
         if not changes:
             return node
         if isinstance(node, Seq):

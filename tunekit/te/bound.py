@@ -125,26 +125,36 @@ def _interval(e: ir.Expr, extents: dict) -> tuple[int, int] | None:
 def simplify(e: ir.Expr, extents: dict) -> ir.Expr:
     """Rewrite `(c*q + r) // c` to `q` and `(c*q + r) % c` to `r` where the loop
     extents prove 0 <= r < c (packed layouts and fused loops index this way)."""
-    class M(ir.Mutator):
-        def visit_BinOp(self, node):
-            node = self.generic_visit(node)
-            if (not isinstance(node, ir.BinOp) or node.op not in ("//", "%")   # rebuilding may fold
-                    or not isinstance(node.b, ir.Const) or node.b.value <= 0):
-                return node
-            c = int(node.b.value)
-            form = affine(node.a, ir.free_vars(node.a))
-            if form is None:
-                return node
-            const = form.get(None, 0)
-            q = {k: v // c for k, v in form.items() if k is not None and v % c == 0}
-            r = {k: v for k, v in form.items() if k is not None and v % c != 0}
-            q[None], r[None] = const // c, const % c
-            lo = _min_value(r, extents)
-            hi = max_value(r, extents)
-            if lo is None or hi is None or lo < 0 or hi >= c:
-                return node
-            return to_expr(q) if node.op == "//" else to_expr(r)
-    return M().visit(e)
+    return _DivMod(extents).visit(e) if _has_divmod(e) else e
+
+
+def _has_divmod(e) -> bool:
+    if isinstance(e, ir.BinOp):
+        return e.op in ("//", "%") or _has_divmod(e.a) or _has_divmod(e.b)
+    return not isinstance(e, (ir.Var, ir.Const))   # calls, selects, loads: look inside
+
+
+class _DivMod(ir.Mutator):
+    def __init__(self, extents: dict):
+        self.extents = extents
+
+    def visit_BinOp(self, node):
+        node = self.generic_visit(node)
+        if (not isinstance(node, ir.BinOp) or node.op not in ("//", "%")   # rebuilding may fold
+                or not isinstance(node.b, ir.Const) or node.b.value <= 0):
+            return node
+        c = int(node.b.value)
+        form = affine(node.a, ir.free_vars(node.a))
+        if form is None:
+            return node
+        const = form.get(None, 0)
+        q = {k: v // c for k, v in form.items() if k is not None and v % c == 0}
+        r = {k: v for k, v in form.items() if k is not None and v % c != 0}
+        q[None], r[None] = const // c, const % c
+        lo, hi = _min_value(r, self.extents), max_value(r, self.extents)
+        if lo is None or hi is None or lo < 0 or hi >= c:
+            return node
+        return to_expr(q) if node.op == "//" else to_expr(r)
 
 
 def _min_value(form: dict, extents: dict) -> int | None:
