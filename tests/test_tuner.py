@@ -121,3 +121,9 @@ path = "{db}"
     assert "config Config(3:" in out and "def matmul_3(" in out and "for " in out
     assert main(["show", str(recipe)]) == 0                        # the best recorded config
     assert main(["best", str(tmp_path / "none.db")]) == 1
+
+
+def test_warm_up_gives_every_task_its_mean_even_with_large_batches(tmp_path, null):
+    a, b = tunekit.tune([task(8), task(32)], target="null", trials=8, database=str(tmp_path / "t.db"),
+                        tuning={"batch_size": 16})
+    assert a.done == 8 and b.done == 8

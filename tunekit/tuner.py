@@ -3,7 +3,9 @@ guided by the cost model, measure it, record it, refit the model, repeat."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -104,7 +106,10 @@ class Tuner:
                 if not live:
                     break
                 st = self._pick(live)
-                self._batch(st, db, measurer, hook, min(cap, st.done + total - sum(s.done for s in states)))
+                limit = min(cap, st.done + total - sum(s.done for s in states))
+                if st.done < 2 * r.tuning.batch_size:   # warm-up: no task takes more than the mean yet
+                    limit = min(limit, max(r.tuning.trials, st.done + 1))
+                self._batch(st, db, measurer, hook, limit)
                 if self.progress:
                     self.progress.update(st)
         finally:
@@ -152,9 +157,21 @@ class Tuner:
             if spaces[k] is not None:
                 trial.candidate = spaces[k].candidates([trial.index])[0]
                 records.append(trial)
-        if records:
-            for st in states:
-                st.model.fit_history(records)
+        if not records:
+            return
+        states[0].model.fit_history(records)
+        # one global model serves every task: copy it rather than refit (seconds each at 20k records)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "global")
+            try:
+                states[0].model.save(path)
+            except NotImplementedError:
+                path = None
+            for st in states[1:]:
+                if path:
+                    st.model.load(path)
+                else:
+                    st.model.fit_history(records)
 
     def _finished(self, st: TaskState, cap: int, t_end) -> bool:
         tun = self.recipe.tuning
