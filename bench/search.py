@@ -1,0 +1,150 @@
+"""Reproduce the paper's search comparisons on this CPU (Figures 4, 5 and 8).
+
+    python bench/search.py [--quick] [--trials N] [--seeds S] [--layers resnet18.C6,...]
+
+For each layer and seed it tunes with: xgboost+annealing (rank loss),
+xgboost+annealing (regression), lightgbm+annealing (rank), genetic, and random
+search; then transfer: a model trained on C1-C6 history tuning C7 (and C8, C9)
+against the same without history. Every run is a tunekit run in
+its own database under bench/results/search/, so a rerun resumes and skips
+finished runs.
+It prints, per layer and method, the median best GFLOPS over seeds at several
+trial counts and the trials each method needed to reach random search's best at N;
+it writes PNG plots next to the database. Last, best GFLOPS and tuning wall time
+of xgboost+annealing on matmul-1024 and resnet18.C6 at 64 and 256 trials.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import machine_report  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+METHODS = {
+    "xgb-rank+annealing": ({"name": "xgboost", "objective": "rank"}, "annealing"),
+    "xgb-reg+annealing": ({"name": "xgboost", "objective": "regression"}, "annealing"),
+    "lgbm-rank+annealing": ({"name": "lightgbm", "objective": "rank"}, "annealing"),
+    "genetic": ("random", "genetic"),
+    "random": ("random", "random"),
+}
+
+
+def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfer: bool = False,
+        times: dict | None = None) -> list[float]:
+    """Tune one layer in database `db` (one database per search, so that no search
+    learns from another's trials); return the best-so-far GFLOPS after each trial."""
+    from tunekit.tuner import tune
+    os.makedirs(os.path.dirname(db), exist_ok=True)
+    t0 = time.monotonic()
+    st = tune([workload], target="x86", model=model, explorer=explorer, trials=trials, seed=seed,
+              database=db, tuning={"transfer": transfer, "batch_size": 8})[0]
+    if times is not None and st.done and st.measure_s:   # a resumed, finished run measures nothing
+        times[f"{workload}|{json.dumps(model)}|{explorer}|{trials}|{seed}|{transfer}"] = {
+            "wall_s": time.monotonic() - t0, "tuner_s": st.fit_s + st.propose_s, "measure_s": st.measure_s}
+    flops = st.ts.task.flops
+    return [flops / c / 1e9 if c != float("inf") else 0.0 for c in st.curve[-st.done:]] if st.done else []
+
+
+def db_for(root: str, *parts) -> str:
+    return os.path.join(root, *map(str, parts[:-1]), f"{parts[-1]}.db")
+
+
+def at(curve: list[float], n: int) -> float:
+    return curve[min(n, len(curve)) - 1] if curve else 0.0
+
+
+def trials_to_reach(curve: list[float], target: float) -> int | None:
+    return next((i + 1 for i, g in enumerate(curve) if g >= target), None)
+
+
+def plot(curves: dict, path: str, title: str) -> None:
+    from tunekit.report import plot_curves
+    med = {}
+    for label, runs in curves.items():
+        n = min(len(c) for c in runs)
+        med[label] = [(i + 1, statistics.median(c[i] for c in runs)) for i in range(n)]
+    plot_curves(med, path, title)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="48 trials, 2 seeds, C6 only, no transfer of C8/C9")
+    ap.add_argument("--trials", type=int, default=128)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--layers", default="resnet18.C6,resnet18.C2,resnet18.C9")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "search"))
+    a = ap.parse_args()
+    if a.quick:
+        a.trials, a.seeds, a.layers = 48, 2, "resnet18.C6"
+    os.makedirs(a.out, exist_ok=True)
+    times_path = os.path.join(a.out, "times.json")
+    times = json.load(open(times_path)) if os.path.exists(times_path) else {}
+    print(machine_report())
+    n = a.trials
+    marks = sorted({n // 4, n // 2, n})
+    print(f"\nFigure 4/5: best GFLOPS found (median over {a.seeds} seeds) after "
+          f"{', '.join(map(str, marks))} trials")
+    for layer in a.layers.split(","):
+        curves = {}
+        for label, (model, explorer) in METHODS.items():
+            curves[label] = [run(db_for(a.out, layer, f"{label}-seed{s}"), layer, model, explorer, n, s, times=times)
+                             for s in range(a.seeds)]
+            json.dump(times, open(times_path, "w"), indent=1)
+        base = statistics.median(at(c, n) for c in curves["random"])
+        print(f"\n{layer}: random search reaches {base:.1f} GFLOPS in {n} trials")
+        print(f"  {'method':22s}" + "".join(f"{m:>9d}" for m in marks) + "   trials to random's best (median)")
+        for label, runs in curves.items():
+            reach = [trials_to_reach(c, base) for c in runs]
+            got = sorted(r if r is not None else 10 ** 9 for r in reach)
+            med = statistics.median(got)
+            med_s = "never" if med >= 10 ** 9 else f"{med:g}"
+            print(f"  {label:22s}" + "".join(f"{statistics.median(at(c, m) for c in runs):9.1f}" for m in marks)
+                  + f"   {med_s}  (per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
+        png = os.path.join(a.out, f"search_{layer}.png")
+        plot(curves, png, f"{layer}: best GFLOPS vs trials (median of {a.seeds} seeds)")
+        print(f"  plot: {png}")
+
+    print("\nFigure 8: transfer learning (history: C1-C6 tuned with xgboost+annealing)")
+    xgb = METHODS["xgb-rank+annealing"]
+    history = db_for(a.out, "transfer", "history-C1-C6")
+    for src in [f"resnet18.C{i}" for i in range(1, 7)]:
+        run(history, src, xgb[0], xgb[1], n // 2, 0, times=times)
+    for layer in ["resnet18.C7"] + ([] if a.quick else ["resnet18.C8", "resnet18.C9"]):
+        without = [run(db_for(a.out, "transfer", f"{layer}-alone-seed{s}"), layer, xgb[0], xgb[1], n, s,
+                       times=times) for s in range(a.seeds)]
+        with_t = []
+        for s in range(a.seeds):
+            db = db_for(a.out, "transfer", f"{layer}-from-C1-C6-seed{s}")
+            if not os.path.exists(db):   # start from a copy of the history
+                shutil.copyfile(history, db)
+            with_t.append(run(db, layer, xgb[0], xgb[1], n, s, transfer=True, times=times))
+        best = statistics.median(at(c, n) for c in without)
+        reach = [trials_to_reach(c, best) for c in with_t]
+        print(f"  {layer}: without transfer best {best:.1f} GFLOPS in {n} trials; with transfer "
+              f"{statistics.median(at(c, n) for c in with_t):.1f}; trials to reach it with transfer: "
+              f"{', '.join('-' if r is None else str(r) for r in reach)}")
+        plot({"xgboost+annealing": without, "xgboost+annealing + transfer": with_t},
+             os.path.join(a.out, f"transfer_{layer}.png"), f"{layer}: transfer from C1-C6")
+    json.dump(times, open(times_path, "w"), indent=1)
+
+    print("\nxgboost+annealing: best GFLOPS and tuning wall time (this machine)")
+    for workload in ("matmul-1024", "resnet18.C6"):
+        for trials in (64, 256) if not a.quick else (64,):
+            curve = run(db_for(a.out, "budget", f"{workload}-{trials}"), workload, xgb[0], xgb[1], trials, 0,
+                        times=times)
+            t = times.get(f"{workload}|{json.dumps(xgb[0])}|{xgb[1]}|{trials}|0|False", {})
+            share = t.get("tuner_s", 0) / t["wall_s"] if t.get("wall_s") else float("nan")
+            print(f"  {workload:12s} {trials:4d} trials: {at(curve, trials):7.1f} GFLOPS, "
+                  f"wall {t.get('wall_s', float('nan')):.0f} s, tuner's own time {share:.0%}")
+    json.dump(times, open(times_path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
