@@ -1,0 +1,13 @@
+"""CPU schedule templates for the LLVM targets (x86, arm-cpu), one module per op.
+
+Every template reads the device's vector lanes, registers, cores and caches, and
+constrains its space so that random configs are rarely hopeless: register tiles
+that fit the register file, vector loops of whole registers, parallel loops with
+work for every core, and no bounds guard inside a micro-kernel (tails are padded
+or filtered out, guards stay in copy loops).
+"""
+from __future__ import annotations
+
+from . import conv2d, depthwise_conv2d, matmul
+
+TEMPLATES = [*matmul.TEMPLATES, *conv2d.TEMPLATES, *depthwise_conv2d.TEMPLATES]

@@ -1,0 +1,185 @@
+"""CPU conv2d templates. The kernels take NCHW data and OIHW weights (the op's
+layouts); any repacking happens inside the timed kernel.
+
+- `direct` (the default): vectors over output pixels of a flat padded copy of the
+  data (`FlatPad`), the weights read in place and broadcast: no weight packing,
+  which costs as much as the convolution itself on deep layers (C9-C12).
+- `nchwc`: the spatial pack of AutoTVM's x86 schedule: weights packed into
+  [OC/ocb, C/icb, R, S, icb, ocb] and data into [N, C/icb, Hp, Wp, icb]; vectors
+  over ocb output channels, output pixels broadcast.
+
+In both, output tiles past the edge are computed on zero padding and dropped by the
+unpack to NCHW, so no micro-kernel has a bounds guard.
+"""
+from __future__ import annotations
+
+from tunekit import Template, ir, te
+from tunekit.ops.conv2d import out_size, pair
+
+from ._common import FlatPad, acc_range, balanced, cdiv, padded_splits, register_tile_rule, vectorize, zero
+
+
+def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
+    """conv2d vectorized over output pixels, with the weights read in place (OIHW, no packing).
+
+    The data is padded into rows of pitch Q (a whole padded row per stride phase), so
+    that output pixel p = oh * Q + ow reads data[p + const] for every (c, r, s): a
+    contiguous vector over p. Each task owns `ocr` output channels (weights broadcast)
+    and sweeps tiles of `pv` pixels, accumulating ocr x pv in registers; the pixels with
+    ow >= OW of each row are computed on padding and dropped by the unpack."""
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
+    lanes, cores = device.lanes(dtype), device.cores
+    P = (OH - 1) * cdiv(W + 2 * pw, sw) + OW     # pixels (at the flat layout's pitch) up to the last one kept
+    oc_c = padded_splits(K_out, range(1, 17))
+    p_c = padded_splits(P, [u * lanes for u in range(1, 9)], lanes)
+    cfg.define_split("tile_oc", K_out, num_outputs=2, policy="candidates", candidates=oc_c)
+    cfg.define_split("tile_p", P, num_outputs=2, policy="candidates", candidates=p_c)
+    # input channel blocks outside the pixel tiles keep a block's rows in cache (accumulating in memory)
+    cfg.define_split("tile_rc", C, num_outputs=2, filter=lambda v: v[1] >= min(C, 32))
+
+    def acc(oc, p):
+        u = cdiv(p[1], lanes)
+        return oc[1] * u, acc_range(device, u)[1]
+    fits = register_tile_rule(device, acc, [oc_c, p_c])
+    cfg.constrain(lambda c: fits(c["tile_oc"], c["tile_p"]))
+    if N * K_out * OH * OW >= 16 << 10 and any(balanced(N * oc[0], cores) for oc in oc_c):
+        cfg.constrain(lambda c: balanced(N * c["tile_oc"][0], cores))
+
+    oco, ocr = cfg["tile_oc"]
+    pt, pv = cfg["tile_p"]
+    data = te.placeholder((N, C, H, W), "data", dtype)
+    weight = te.placeholder((K_out, C, R, S), "weight", dtype)
+    fp = FlatPad(data, (R, S), stride, padding, dilation, pt * pv)
+
+    rc, ry, rx = te.reduce_axis(C, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
+
+    def conv(n, o, t, v):
+        return te.sum(fp.read(n, rc, ry, rx, t * pv + v) * weight[ir.min_(o, K_out - 1) if oco * ocr > K_out else o,
+                                                                 rc, ry, rx], axis=[rc, ry, rx])
+    if fp.Q == OW and pt * pv == P:   # the tiles are the output's own pixels: a contiguous unpack
+        Co = te.compute((N, oco * ocr, P), lambda n, o, p: conv(n, o, 0, p), name="conv_tile")
+        out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: Co[n, k, y * OW + x], name="conv")
+    else:   # (p // pv, p % pv) gathers, but tile extents stay whole vectors
+        Co = te.compute((N, oco * ocr, pt, pv), conv, name="conv_tile")
+        out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: Co[n, k, (y * fp.Q + x) // pv, (y * fp.Q + x) % pv],
+                         name="conv")
+
+    s = te.create_schedule(out)
+    n, k, _, x = s[out].op.axis
+    ko, _ = s[out].split(k, ocr)
+    par = s[out].fuse(n, ko)
+    s[out].parallel(par)
+    vectorize(s, out, x, lanes)
+    s[Co].compute_at(s[out], par)
+
+    if len(Co.shape) == 3:
+        cn, co, cp = s[Co].op.axis
+        ct, cv = s[Co].split(cp, pv)
+    else:
+        cn, co, ct, cv = s[Co].op.axis
+    cvo, cvi = s[Co].split(cv, lanes)
+    rco, rci = cfg["tile_rc"].apply(s, Co, rc)
+    s[Co].reorder(cn, rco, ct, rci, ry, rx, co, cvo, cvi)
+    s[Co].unroll(co)
+    s[Co].unroll(cvo)
+    s[Co].vectorize(cvi)
+
+    fp.schedule(s, lanes)
+    return s, [data, weight, out]
+
+
+def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
+    """conv2d through NCHWc packing: each task of the parallel loop computes register tiles of
+    (rows x cols) output pixels x ocb output channels over the whole reduction in a local
+    buffer, then unpacks them to NCHW."""
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
+    lanes, cores = device.lanes(dtype), device.cores
+    oc_c = padded_splits(K_out, [u * lanes for u in range(1, 5)], lanes)
+    oh_c = padded_splits(OH, range(1, 5))
+    ow_c = padded_splits(OW, range(1, 31))
+    cfg.define_split("tile_oc", K_out, num_outputs=2, policy="candidates", candidates=oc_c)
+    cfg.define_split("tile_ic", C, num_outputs=2, filter=lambda v: v[1] <= 64)
+    cfg.define_split("tile_oh", OH, num_outputs=2, policy="candidates", candidates=oh_c)
+    cfg.define_split("tile_ow", OW, num_outputs=2, policy="candidates", candidates=ow_c)
+
+    cfg.define_knob("weight_at", ["root", "block"])   # pack all weights first, or each block's in its task
+
+    def acc(oc, oh, ow):    # accumulator registers of the tile, and the most that fit
+        u = oc[1] // lanes
+        return oh[1] * ow[1] * u, acc_range(device, u)[1]
+
+    def parallel(oc, oh, at):
+        return N * oc[0] * (oh[0] if at == "root" else 1)
+    fits = register_tile_rule(device, acc, [oc_c, oh_c, ow_c])
+    cfg.constrain(lambda c: fits(c["tile_oc"], c["tile_oh"], c["tile_ow"]))
+    if N * K_out * OH * OW >= 16 << 10 and any(balanced(N * oc[0] * oh[0], cores) for oc in oc_c for oh in oh_c):
+        cfg.constrain(lambda c: balanced(parallel(c["tile_oc"], c["tile_oh"], c["weight_at"]), cores))
+
+    oco, ocb = cfg["tile_oc"]
+    ico, icb = cfg["tile_ic"]
+    oho, ohr = cfg["tile_oh"]
+    owo, owr = cfg["tile_ow"]
+    OHp, OWp = oho * ohr, owo * owr
+    Hp = max(H + 2 * ph, (OHp - 1) * sh + (R - 1) * dh + 1)
+    Wp = max(W + 2 * pw, (OWp - 1) * sw + (S - 1) * dw + 1)
+
+    data = te.placeholder((N, C, H, W), "data", dtype)
+    weight = te.placeholder((K_out, C, R, S), "weight", dtype)
+
+    def pack_data(n, c, h, w, ci):
+        inside = te.tensor.all_(*([h >= ph] if ph else []), *([h < H + ph] if Hp > H + ph else []),
+                                *([w >= pw] if pw else []), *([w < W + pw] if Wp > W + pw else []))
+        return te.if_then_else(inside, data[n, c * icb + ci, h - ph, w - pw], zero(dtype))
+    Dp = te.compute((N, ico, Hp, Wp, icb), pack_data, name="data_pack")
+
+    def pack_weight(o, c, r, s, ci, oi):
+        load = weight[o * ocb + oi, c * icb + ci, r, s]
+        return te.if_then_else(o * ocb + oi < K_out, load, zero(dtype)) if oco * ocb > K_out else load
+    Wk = te.compute((oco, ico, R, S, icb, ocb), pack_weight, name="weight_pack")
+
+    rc, ry, rx, rci = (te.reduce_axis(ico, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx"),
+                       te.reduce_axis(icb, "rci"))
+    Co = te.compute(
+        (N, oco, OHp, OWp, ocb),
+        lambda n, o, y, x, oi: te.sum(Dp[n, rc, y * sh + ry * dh, x * sw + rx * dw, rci] * Wk[o, rc, ry, rx, rci, oi],
+                                      axis=[rc, ry, rx, rci]),
+        name="conv_tile")
+    out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: Co[n, k // ocb, y, x, k % ocb], name="conv")
+
+    s = te.create_schedule(out)
+    n, k, y, x = s[out].op.axis
+    ko, ki = s[out].split(k, ocb)
+    yo, yi = s[out].split(y, ohr)
+    xo, xi = s[out].split(x, owr)
+    s[out].reorder(n, ko, yo, xo, ki, yi, xi)
+    block = s[out].fuse(n, ko)
+    par = block if cfg["weight_at"] == "block" else s[out].fuse(block, yo)
+    s[out].parallel(par)
+    vectorize(s, out, xi, lanes)
+    s[Co].compute_at(s[out], xo)
+
+    cn, co, cy, cx, cv = s[Co].op.axis
+    cvo, cvi = s[Co].split(cv, lanes)
+    s[Co].reorder(cn, co, rc, ry, rx, rci, cy, cx, cvo, cvi)
+    s[Co].unroll(cy)
+    s[Co].unroll(cx)
+    s[Co].unroll(cvo)
+    s[Co].vectorize(cvi)
+
+    wo, wc, *_, woi = s[Wk].op.axis
+    if cfg["weight_at"] == "block":
+        s[Wk].compute_at(s[out], block)
+    else:
+        s[Wk].parallel(s[Wk].fuse(wo, wc))
+    vectorize(s, Wk, woi, lanes)
+
+    dn, dc, dhh, _, dci = s[Dp].op.axis
+    s[Dp].parallel(s[Dp].fuse(dn, dc, dhh))
+    vectorize(s, Dp, dci, lanes)
+    return s, [data, weight, out]
+
+
+TEMPLATES = [Template("conv2d", "direct", ("cpu",), conv2d_direct, priority=20),
+             Template("conv2d", "nchwc", ("cpu",), conv2d_nchwc, priority=10)]

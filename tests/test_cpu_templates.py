@@ -1,0 +1,194 @@
+"""The x86 / arm-cpu schedule templates: random configs on small odd shapes build and
+match the op's numpy reference (compiled, and in the reference interpreter on tiny
+shapes); every template's space on its named workloads is non-empty and lowers;
+every template cross-compiles to aarch64 object code."""
+from __future__ import annotations
+
+import platform
+import random
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+
+from tunekit_plugins.targets.llvm.cpu import ArmCpuTarget, X86Target
+from tunekit_plugins.targets.llvm.templates import TEMPLATES
+
+import tunekit
+from tunekit._registry import registry
+from tunekit.ir import interp
+
+ON_X86 = platform.machine().lower() in ("x86_64", "amd64")
+needs_x86 = pytest.mark.skipif(not ON_X86, reason="runs x86 code")
+IDS = [f"{t.op}-{t.name}" for t in TEMPLATES]
+
+# small odd shapes: tails everywhere (7, 10, 13 ...), strides, dilation, asymmetric padding
+SHAPES = {
+    "matmul": [{"M": 7, "N": 10, "K": 13}, {"M": 13, "N": 37, "K": 7}, {"M": 33, "N": 70, "K": 65}],
+    "batch_matmul": [{"B": 3, "M": 7, "N": 10, "K": 13}, {"B": 2, "M": 20, "N": 33, "K": 9}],
+    "conv2d": [{"N": 1, "C": 3, "H": 7, "W": 10, "K_out": 5, "R": 3, "S": 3, "padding": 1},
+               {"N": 2, "C": 6, "H": 13, "W": 9, "K_out": 20, "R": 3, "S": 2, "stride": 2, "padding": (1, 0)},
+               {"N": 1, "C": 5, "H": 10, "W": 11, "K_out": 33, "R": 1, "S": 1, "stride": 2},
+               {"N": 1, "C": 3, "H": 12, "W": 13, "K_out": 7, "R": 2, "S": 3, "stride": (3, 2), "padding": (0, 2), "dilation": (2, 1)}],
+    "depthwise_conv2d": [{"N": 1, "C": 3, "H": 7, "W": 10, "R": 3, "S": 3, "padding": 1},
+                         {"N": 2, "C": 6, "H": 13, "W": 9, "R": 3, "S": 2, "stride": 2, "padding": (1, 0)},
+                         {"N": 1, "C": 5, "H": 20, "W": 37, "R": 3, "S": 3, "padding": 1},
+                         {"N": 1, "C": 4, "H": 11, "W": 9, "R": 3, "S": 3, "stride": (2, 1), "padding": 2, "dilation": (1, 2)}],
+}
+TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N": 5, "K": 2},
+        "conv2d": {"N": 1, "C": 2, "H": 5, "W": 6, "K_out": 3, "R": 3, "S": 3, "stride": 2, "padding": 1},
+        "depthwise_conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "R": 3, "S": 3, "padding": 1}}
+WORKLOADS = {"matmul": ["matmul-1024"], "conv2d": [f"resnet18.C{i}" for i in range(1, 13)],
+             "depthwise_conv2d": [f"mobilenet.D{i}" for i in range(1, 10)]}
+
+
+@pytest.fixture(scope="module")
+def x86():
+    return X86Target()
+
+
+def configs(space, seed: int, n: int) -> list[int]:
+    """`n` valid configs and `n` unconstrained ones (constraints shape speed, not correctness)."""
+    rng = random.Random(seed)
+    return space.sample(rng, n) + [rng.randrange(space.size) for _ in range(n)]
+
+
+def check(ts, index: int, run) -> None:
+    op, args = ts.task.op, ts.task.args
+    inputs = op.random_inputs(args, np.random.default_rng(index))
+    outs = [np.full(shape, np.nan, dtype) for shape, dtype in op.output_shapes(args)]
+    run(ts.program(index), inputs, outs)
+    rtol, atol = op.tolerance(args)
+    for o, r in zip(outs, op.reference(*inputs, **args)):
+        np.testing.assert_allclose(o, r, rtol=rtol, atol=atol, err_msg=f"{ts.task.name}: {ts.space.get(index)}")
+
+
+@needs_x86
+@pytest.mark.parametrize("template", TEMPLATES, ids=IDS)
+def test_random_configs_build_and_match_numpy(x86, template):
+    def run(program, inputs, outs):
+        x86.load(x86.build(program))(*inputs, *outs)
+    for k, args in enumerate(SHAPES[template.op]):
+        ts = tunekit.Task(template.op, args, template=template.name).bind(x86)
+        for index in configs(ts.space, k, 2):
+            check(ts, index, run)
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=IDS)
+def test_random_configs_in_the_interpreter(template):
+    ts = tunekit.Task(template.op, TINY[template.op], template=template.name).bind(X86Target())
+    for index in configs(ts.space, 0, 1):
+        check(ts, index, lambda program, inputs, outs: interp.run(program, *inputs, *outs))
+
+
+@pytest.mark.parametrize("template", [t for t in TEMPLATES if t.op in WORKLOADS],
+                         ids=[i for t, i in zip(TEMPLATES, IDS) if t.op in WORKLOADS])
+def test_spaces_of_the_named_workloads(template, capsys):
+    sizes = {}
+    for wl in WORKLOADS[template.op]:
+        ts = tunekit.Task(workload=wl, template=template.name).bind(X86Target())
+        (index,) = ts.space.sample(random.Random(0), 1)
+        program = ts.program(index)
+        assert [b.shape for b in program.params] == [t.shape for t in ts.task.op.compute(**ts.task.args)]
+        sizes[wl] = (len(ts.space), ts.space.valid_fraction())
+    with capsys.disabled():
+        print(f"\n{template.op}/{template.name}: " + ", ".join(f"{w} {n} ({v:.0%} valid)" for w, (n, v) in sizes.items()))
+
+
+def test_default_templates():
+    x86 = X86Target()
+    names = {op: tunekit.Task(op, SHAPES[op][0]).bind(x86).template.name for op in SHAPES}
+    assert names == {"matmul": "packed", "batch_matmul": "packed", "conv2d": "direct", "depthwise_conv2d": "rows"}
+    assert {t.name for t in registry().templates if t.op == "matmul" and t.serves(x86)} >= {"tiled", "packed"}
+
+
+@pytest.mark.parametrize("target", [ArmCpuTarget(), X86Target(X86Target.Options(mcpu="haswell"))],
+                         ids=["aarch64", "x86-avx2"])
+def test_cross_compiles(target):
+    """NEON (4 lanes, 32 registers) and AVX2 (8 lanes, 16 registers) spaces build."""
+    machine = {"arm-cpu": 183, "x86": 62}[target.name]     # ELF e_machine: EM_AARCH64, EM_X86_64
+    for template in TEMPLATES:
+        args = SHAPES[template.op][-1]
+        ts = tunekit.Task(template.op, args, template=template.name).bind(target)
+        (index,) = ts.space.sample(random.Random(1), 1)
+        data = target.build(ts.program(index)).data
+        assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == machine
+
+
+# -- performance sanity check (not a test) ---------------------------------------------------
+
+# hand-picked configs (x86, 2 cores, AVX-512) for `python tests/test_cpu_templates.py [threads [rounds]]`
+HAND = {
+    "matmul-1024": {"tile_n": [16, 64], "tile_m": [86, 2, 6], "tile_k": [4, 256], "k_outer": False, "pack_root": False},
+    "resnet18.C2": {"tile_oc": [16, 4], "tile_p": [34, 96], "tile_rc": [2, 32]},
+    "resnet18.C6": {"tile_oc": [16, 8], "tile_p": [27, 32], "tile_rc": [2, 64]},
+    "resnet18.C9": {"tile_oc": [16, 16], "tile_p": [14, 16], "tile_rc": [1, 256]},
+    "resnet18.C12": {"tile_oc": [32, 16], "tile_p": [4, 16], "tile_rc": [2, 256]},
+}
+
+
+def _side(conn, side: str, workload: str, threads: int) -> None:
+    """One side of the comparison in its own process: times a run each time it is asked."""
+    task = tunekit.Task(workload=workload)
+    op, args = task.op, task.args
+    inputs = op.random_inputs(args, np.random.default_rng(0))
+    if side == "tunekit":
+        target = X86Target(X86Target.Options(num_threads=threads))
+        ts = task.bind(target)
+        kernel = target.load(target.build(ts.program(ts.space.from_json(HAND[workload]).index)))
+        outs = [np.empty(shape, dtype) for shape, dtype in op.output_shapes(args)]
+        run = lambda: kernel(*inputs, *outs)
+    elif op.name == "matmul":                   # numpy / OpenBLAS (threads from OPENBLAS_NUM_THREADS)
+        run = lambda: inputs[0] @ inputs[1]
+    else:
+        import torch
+        torch.set_num_threads(threads)
+        x, w = (torch.from_numpy(a) for a in inputs)
+        run = lambda: torch.nn.functional.conv2d(x, w, stride=args["stride"], padding=args["padding"])
+    for _ in range(5):
+        run()
+    number = max(3, int(0.05 / max(1e-6, min(_timed(run, 1) for _ in range(3)))))
+    while conn.recv():
+        conn.send(_timed(run, number))
+
+
+def _timed(run, number: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        run()
+    return (time.perf_counter() - t0) / number
+
+
+def _report(threads: int = 2, rounds: int = 9) -> None:
+    """Each hand-picked config beside its baseline (numpy for matmul, PyTorch for conv2d),
+    each side in its own process, alternating; median GFLOPS and the ratio's spread.
+    numpy's threads follow OPENBLAS_NUM_THREADS (unset: all cores)."""
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    for workload in HAND:
+        pipes = {}
+        for side in ("tunekit", "baseline"):
+            a, b = ctx.Pipe()
+            ctx.Process(target=_side, args=(b, side, workload, threads), daemon=True).start()
+            pipes[side] = a
+        costs = {side: [] for side in pipes}
+        for _ in range(rounds):
+            for side, pipe in pipes.items():
+                time.sleep(0.3)       # the other side's threads stop spinning (OpenBLAS spins ~0.1 s)
+                pipe.send(True)
+                costs[side].append(pipe.recv())
+        for pipe in pipes.values():
+            pipe.send(False)
+        flops = tunekit.Task(workload=workload).flops
+        ours, base = np.array(costs["tunekit"]), np.array(costs["baseline"])
+        ratio = base / ours
+        print(f"{workload:13s} {threads} threads: tunekit {flops / np.median(ours) / 1e9:6.1f} GFLOPS, "
+              f"baseline {flops / np.median(base) / 1e9:6.1f} GFLOPS, ratio {np.median(ratio):.2f} "
+              f"(quartiles {np.percentile(ratio, 25):.2f}-{np.percentile(ratio, 75):.2f})", flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+    _report(*[int(a) for a in sys.argv[1:3]])
