@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+from fakes import _template
 
 import tunekit
 from tunekit import _plugins, cli
@@ -12,8 +14,6 @@ from tunekit._registry import registry
 from tunekit.errors import TunekitError
 
 ROOT = Path(__file__).parent.parent
-from fakes import FakeGpu, FakeModel, FakeTarget, _template  # noqa: F401
-
 RECIPES = Path(__file__).parent / "recipes"
 
 
@@ -65,36 +65,23 @@ def test_validate_warns_about_unavailable_components(fake, capsys, tmp_path):
     assert err == f"warning: {path}: target 'fake-gpu' is not available here: no fake GPU here\n"
 
 
-def test_example_recipe_is_valid(monkeypatch, capsys):
-    """examples/matmul.toml, with stand-ins for the x86 target and random model/explorer."""
-    class X86(FakeTarget):
-        name = "x86"
-
-    class RandomModel(tunekit.CostModel):
-        name = "random"
-
-    class RandomExplorer(tunekit.Explorer):
-        name = "random"
-
-    monkeypatch.setenv("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
-    _plugins.reload()
-    try:
-        _plugins.register(SimpleNamespace(
-            tunekit_targets=tunekit.hookimpl(lambda: [X86]),
-            tunekit_cost_models=tunekit.hookimpl(lambda: [RandomModel]),
-            tunekit_explorers=tunekit.hookimpl(lambda: [RandomExplorer]),
-            tunekit_templates=tunekit.hookimpl(lambda: [_template("direct", ("cpu",))])), "stand-ins")
-        recipe = tunekit.recipe.load_recipe(ROOT / "examples" / "matmul.toml")
-        code, _out, err = run(capsys, "validate", str(ROOT / "examples" / "matmul.toml"))
-    finally:
-        _plugins.reload()
+@pytest.mark.parametrize("name", ["matmul.toml", "resnet18.toml"])
+def test_example_recipes_validate_with_the_installed_plugins(name, capsys):
+    pytest.importorskip("llvmlite")
+    pytest.importorskip("xgboost")
+    code, out, err = run(capsys, "validate", str(ROOT / "examples" / name))
     assert code == 0, err
-    assert (recipe.target.name, recipe.model.name, recipe.explorer.name) == ("x86", "random", "random")
-    [task] = recipe.task_objects()
-    assert task.op.name == "matmul" and task.args == {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"}
-    assert recipe.tuning.trials == 64 and recipe.database.path == "tunekit.db"
-    m = recipe.measure
-    assert (m.number, m.repeat, m.min_repeat_ms, m.timeout_s, m.check) == (4, 3, 50.0, 10.0, True)
+    recipe = tunekit.recipe.load_recipe(ROOT / "examples" / name)
+    assert recipe.target.name == "x86"
+    if name == "matmul.toml":
+        assert (recipe.model.name, recipe.explorer.name) == ("xgboost", "annealing")
+        [task] = recipe.task_objects()
+        assert task.args == {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"}
+        m = recipe.measure
+        assert (m.number, m.repeat, m.min_repeat_ms, m.timeout_s, m.check) == (4, 3, 50.0, 10.0, True)
+    else:
+        assert [t.workload for t in recipe.task_objects()] == [f"resnet18.C{i}" for i in range(1, 13)]
+        assert out.count("direct") == 12    # every layer has a CPU template and a space
 
 
 def test_schema(fake, capsys, tmp_path):
