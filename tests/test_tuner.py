@@ -127,3 +127,11 @@ def test_warm_up_gives_every_task_its_mean_even_with_large_batches(tmp_path, nul
     a, b = tunekit.tune([task(8), task(32)], target="null", trials=8, database=str(tmp_path / "t.db"),
                         tuning={"batch_size": 16})
     assert a.done == 8 and b.done == 8
+
+
+def test_tuner_time_is_recorded_per_batch(tmp_path, null):
+    st = tunekit.tune([task(16)], target="null", model="xgboost", explorer="annealing", trials=12,
+                      database=str(tmp_path / "t.db"), tuning={"batch_size": 4})[0]
+    assert [b[0] for b in st.batches] == [4, 4, 4]
+    assert all(p >= 0 and m >= 0 and f >= 0 for _, p, m, f in st.batches)
+    assert abs(sum(b[3] for b in st.batches) - st.fit_s) < 1e-9 and 0 < st.tuner_share < 1

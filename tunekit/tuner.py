@@ -33,6 +33,13 @@ class TaskState:
     fit_s: float = 0.0
     propose_s: float = 0.0
     measure_s: float = 0.0
+    batches: list = field(default_factory=list)   # (trials, propose s, measure s, fit s) per batch
+
+    @property
+    def tuner_share(self) -> float:
+        """The tuner's own time (proposing + fitting) as a fraction of the task's wall time."""
+        own = self.fit_s + self.propose_s
+        return own / (own + self.measure_s) if own + self.measure_s > 0 else 0.0
 
     @property
     def best_gflops(self) -> float:
@@ -188,7 +195,8 @@ class Tuner:
         n = min(self.recipe.tuning.batch_size, limit - st.done)
         t0 = time.perf_counter()
         indices = self._propose(st, n)
-        st.propose_s += time.perf_counter() - t0
+        proposed = time.perf_counter() - t0
+        st.propose_s += proposed
         if not indices:
             st.finished = "space exhausted"
             return
@@ -202,11 +210,14 @@ class Tuner:
         cut = self.recipe.measure.cutoff
         measurer.check.cutoff_s = st.best.cost * cut if cut and st.best is not None else None
         batch = measurer.measure(st.ts, indices, record)
-        st.measure_s += time.perf_counter() - t0
+        measured = time.perf_counter() - t0
+        st.measure_s += measured
         t0 = time.perf_counter()
         st.model.fit(st.trials)
         st.explorer.observe(batch)
-        st.fit_s += time.perf_counter() - t0
+        fitted = time.perf_counter() - t0
+        st.fit_s += fitted
+        st.batches.append((len(batch), proposed, measured, fitted))
 
 
 def tune(tasks, target="x86", model="random", explorer="random", *, trials: int | None = None,
