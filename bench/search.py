@@ -102,9 +102,8 @@ def main() -> None:
         print(f"  {'method':22s}" + "".join(f"{m:>9d}" for m in marks) + "   trials to random's best (median)")
         for label, runs in curves.items():
             reach = [trials_to_reach(c, base) for c in runs]
-            got = sorted(r if r is not None else 10 ** 9 for r in reach)
-            med = statistics.median(got)
-            med_s = "never" if med >= 10 ** 9 else f"{med:g}"
+            med = statistics.median_high([r if r is not None else float("inf") for r in reach])
+            med_s = "never" if med == float("inf") else str(med)
             print(f"  {label:22s}" + "".join(f"{statistics.median(at(c, m) for c in runs):9.1f}" for m in marks)
                   + f"   {med_s}  (per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
         png = os.path.join(a.out, f"search_{layer}.png")

@@ -69,12 +69,16 @@ class TaskSpec:
 class CheckSettings:
     """How outputs are compared with the reference (None = the op's default), and
     `cutoff_s`: a kernel whose first (checked) run is slower than this is timed by
-    that run alone — it is far from the best, and full timing would cost seconds."""
+    that run alone — it is far from the best, and full timing would cost seconds.
+    Timings whose repeats spread more than `max_spread` are redone up to `retries`
+    times, keeping the tightest set."""
     check: bool = True
     rtol: float | None = None
     atol: float | None = None
     seed: int = 0
     cutoff_s: float | None = None
+    max_spread: float = 0.05   #: re-time while (max - min) / median of the repeats exceeds this
+    retries: int = 2
 
 
 class Measurer:
@@ -87,7 +91,8 @@ class Measurer:
     def __init__(self, target, options, seed: int = 0):
         self.target, self.opt = target, options
         self.settings = options.run_settings()
-        self.check = CheckSettings(options.check, options.rtol, options.atol, seed)
+        self.check = CheckSettings(options.check, options.rtol, options.atol, seed,
+                                   max_spread=options.max_spread, retries=options.retries)
         self.spec = target.spec()
         self.inline = not _spawnable(target)
         self._pool = None

@@ -257,6 +257,9 @@ class MeasureSection(Section):
                                "scaled with the reduction length).")
     atol: float | None = Field(None, ge=0, description="Absolute tolerance of the check (default: the op's).")
     flush_cache: bool = Field(False, description="Evict caches before each timed repeat.")
+    max_spread: float = Field(0.05, ge=0, description="Re-time a config while its repeats differ by more than "
+                              "this fraction of their median (a noisy machine).")
+    retries: int = Field(2, ge=0, description="At most this many re-timings per config; the tightest set is kept.")
     cutoff: float | None = Field(10.0, gt=1, description="A config whose first run is slower than this many "
                                  "times the task's best so far is timed by that run alone (None: time fully).")
     runner: Literal["local"] = Field("local", description="Where kernels run: \"local\" (this machine).")

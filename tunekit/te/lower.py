@@ -156,7 +156,8 @@ class _Lowering:
             def visit_TensorLoad(self_, node):
                 idx = [self_.visit(i) for i in node.indices]
                 return ir.Load(low.buffers[node.tensor], low._load(node.tensor, idx))
-        return M().visit(ir.substitute(expr, vals))
+        # conditions (padding masks) index like loads: simplify their div/mod too
+        return bound.simplify(M().visit(ir.substitute(expr, vals)), self.ext)
 
     def nest(self, s: Stage, tags: dict) -> ir.Stmt:
         op, out = s.op, s.op.output
