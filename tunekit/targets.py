@@ -70,6 +70,17 @@ class Target(Component):
     #: simulated test targets say no).
     produces_output: ClassVar[bool] = True
 
+    def __init__(self, options=None):
+        super().__init__(options)
+        #: per-process state (loaded kernels, device handles): never pickled
+        self._memo: dict = {}
+
+    def __getstate__(self):
+        return {"options": self.options}
+
+    def __setstate__(self, state):
+        self.options, self._memo = state["options"], {}
+
     def device(self) -> DeviceInfo:
         """Describe the device this target compiles for (may be called often: cache it)."""
         raise NotImplementedError

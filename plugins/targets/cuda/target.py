@@ -61,16 +61,6 @@ class CudaTarget(tunekit.Target):
         flags: list[str] = Field(default_factory=list, description="extra compiler flags, e.g. "
                                                                    "['--use_fast_math']")
 
-    def __init__(self, options=None):
-        super().__init__(options)
-        self._memo: dict = {}
-
-    def __getstate__(self):
-        return {"options": self.options}
-
-    def __setstate__(self, state):
-        self.options, self._memo = state["options"], {}
-
     @classmethod
     def available(cls) -> str | None:
         return _driver()[1]

@@ -86,16 +86,6 @@ class _CpuTarget(tunekit.Target):
     run_arch: ClassVar[tuple[str, ...]] = ()
     _caches_default: ClassVar[tuple[int, int]] = (32 << 10, 1 << 20)
 
-    def __init__(self, options=None):
-        super().__init__(options)
-        self._memo: dict = {}
-
-    def __getstate__(self):
-        return {"options": self.options}
-
-    def __setstate__(self, state):
-        self.options, self._memo = state["options"], {}
-
     # -- what subclasses say -----------------------------------------------------
     def triple(self) -> str:
         raise NotImplementedError

@@ -101,16 +101,6 @@ class OpenCLTarget(tunekit.Target):
                                                       "present (OpenCL compiles at load time; this reports compile "
                                                       "errors as build errors)")
 
-    def __init__(self, options=None):
-        super().__init__(options)
-        self._memo: dict = {}
-
-    def __getstate__(self):
-        return {"options": self.options}
-
-    def __setstate__(self, state):
-        self.options, self._memo = state["options"], {}
-
     @classmethod
     def available(cls) -> str | None:
         missing = _missing()
