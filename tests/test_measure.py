@@ -149,3 +149,15 @@ def test_noisy_timings_are_redone_and_the_tightest_kept():
     Noisy.sets = [[1.0, 2.0, 1.0], [1.0, 1.3, 1.1], [1.0, 1.01, 1.02]]
     out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=1))
     assert out.costs == [1.0, 1.3, 1.1]          # one retry: the tighter of the two sets
+
+
+def test_a_script_without_a_main_guard_tunes(tmp_path):
+    script = tmp_path / "user.py"
+    script.write_text(f"""
+import tunekit
+st = tunekit.tune([tunekit.Task("matmul", dict(M=32, N=32, K=32))], trials=4, database={str(tmp_path / "u.db")!r},
+                  measure={{"repeat": 1, "min_repeat_ms": 0}})[0]
+print("ERRORS", st.errors, "DONE", st.done)
+""")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert "ERRORS 0 DONE 4" in out.stdout, out.stderr[-2000:]

@@ -3,7 +3,9 @@ isolated runner, check every result against the op's numpy reference."""
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,8 +130,9 @@ class Measurer:
             return [build(self.spec, None, i, ts=ts) for i in indices]
         from concurrent.futures import wait
         spec = TaskSpec.of(ts.task)
-        pool = self._get_pool()
-        futs = [pool.submit(build, self.spec, spec, i) for i in indices]
+        with _main_not_reimported():
+            pool = self._get_pool()
+            futs = [pool.submit(build, self.spec, spec, i) for i in indices]
         rounds = -(-len(indices) // self._workers())
         done, _ = wait(futs, timeout=self.opt.build_timeout_s * rounds)
         out = []
@@ -155,7 +158,8 @@ class Measurer:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=runner_main, args=(child, plugins().modules), daemon=True,
                                name="tunekit-runner")
-            proc.start()
+            with _main_not_reimported():
+                proc.start()
             child.close()
             self._runner = (proc, parent)
         return self._runner
@@ -217,6 +221,21 @@ class Measurer:
                 pass
             proc.join(2)
             self._kill_runner()
+
+
+@contextmanager
+def _main_not_reimported():
+    """Spawned workers need nothing from the caller's script; without this, spawning
+    re-runs a script that lacks an `if __name__ == "__main__"` guard in every worker."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    for k in saved:
+        setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
 
 
 def _spawnable(component) -> bool:
