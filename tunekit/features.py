@@ -54,8 +54,8 @@ _ITER_REL = ("bytes", "stride")                # values read against sub-nest it
 _GLOBALS = ("log2_executions", "loops", *(f"buf{b}_log2_bytes" for b in range(RELATION_BUFFERS)),
             "other_log2_executions", "stores")
 
-_FLATTEN_LOOP = 9      # per-loop columns of `flatten` before the per-buffer ones
-_FLATTEN_BUF = 4
+FLATTEN_LOOP_COLUMNS = 9      # per-loop columns of `flatten` before the per-buffer ones
+FLATTEN_BUFFER_COLUMNS = 4
 _PROBES = 8            # configs lowered to fix a task's `flatten` layout
 
 
@@ -219,8 +219,8 @@ def flatten_features(nest: LoopNest, n_loops: int, n_buffers: int) -> np.ndarray
     loop = np.column_stack([nest.log_ext, np.asarray(nest.depth, np.float64), ann, nest.topdown, nest.bottomup])
     acc = np.arange(len(nest.acc_buf))
     touch = nest.buffer_touch(acc, n_buffers, nest.acc_buf_arr)         # (B, L, 4)
-    rows = np.concatenate([loop, touch.transpose(1, 0, 2).reshape(n, _FLATTEN_BUF * n_buffers)], axis=1)
-    out = np.zeros((n_loops, _FLATTEN_LOOP + _FLATTEN_BUF * n_buffers), np.float32)
+    rows = np.concatenate([loop, touch.transpose(1, 0, 2).reshape(n, FLATTEN_BUFFER_COLUMNS * n_buffers)], axis=1)
+    out = np.zeros((n_loops, FLATTEN_LOOP_COLUMNS + FLATTEN_BUFFER_COLUMNS * n_buffers), np.float32)
     out[:min(n, n_loops)] = rows[:n_loops]
     return out.ravel()
 

@@ -1,0 +1,401 @@
+"""The `treegru` cost model: a child-sum TreeGRU over the loop tree of the lowered
+program (Sec. 4 and Figure 3d of the paper), numpy only.
+
+Every loop (For node) is one tree node; its input is the loop's context vector,
+the per-loop row of the `flatten` features (log2 extent, depth, annotation,
+iterations above/below, then touched bytes / accesses / reuse / stride for each
+of `_BUFFERS` buffer slots). The children of a loop are the loops directly
+nested in it (through Seq / Allocate / IfThenElse). Bottom-up, with hs the sum
+of the children's hidden states:
+
+    z = sigmoid(Wz x + Uz hs + bz),   r = sigmoid(Wr x + Ur hs + br)
+    c = tanh(Wc x + Uc (r * hs) + bc),   h = z * hs + (1 - z) * c
+
+Each node's h is softly scattered into m memory slots (slot i gets
+softmax(Wm^T h + bm)_i * h); the slots, summed over all nodes of a program, are
+its embedding (m * hidden) and a linear layer gives the score. Trained with the
+pairwise rank loss (Eq. 2) or squared error on normalized throughput, with Adam;
+the gradients are written by hand. A batch of programs is evaluated level by
+level (all nodes of one height at once), so both passes are matrix operations.
+
+Transfer (Eq. 4): `fit_history` trains a global TreeGRU on other workloads;
+`fit` then trains a separate local TreeGRU whose score is added to the global
+one's.
+"""
+from __future__ import annotations
+
+import io
+import weakref
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+import tunekit
+from tunekit.errors import TunekitError
+from tunekit.features import FLATTEN_BUFFER_COLUMNS, FLATTEN_LOOP_COLUMNS, LoopNest, flatten_features
+
+from ..gbt_common import labels
+
+_BUFFERS = 4           # buffer slots of a node's context vector (kernel params first, then allocations)
+_FORMAT = 1
+
+
+# ---- tree encoding ---------------------------------------------------------------------------
+
+class Tree:
+    """One program's loop tree: node inputs `x` (loops, dim), `parent` (-1 for
+    roots) and `height` (0 for leaves), loops in preorder."""
+
+    __slots__ = ("height", "parent", "x")
+
+    def __init__(self, x: np.ndarray, parent: np.ndarray):
+        self.x, self.parent = x, parent
+        height = np.zeros(len(parent), np.int64)
+        for k in reversed(range(len(parent))):    # preorder: children come after their parent
+            p = parent[k]
+            if p >= 0:
+                height[p] = max(height[p], height[k] + 1)
+        self.height = height
+
+
+def encode(program) -> Tree:
+    """The loop tree of a lowered program, node inputs = `flatten` per-loop rows."""
+    nest = LoopNest(program)
+    n = len(nest.extent)
+    if n == 0:
+        return Tree(np.zeros((0, input_dim())), np.zeros(0, np.int64))
+    x = flatten_features(nest, n, _BUFFERS).astype(np.float64).reshape(n, -1)
+    return Tree(x, np.asarray(nest.parent, np.int64))
+
+
+def input_dim() -> int:
+    """Length of a node's context vector (the `flatten` row of one loop)."""
+    return FLATTEN_LOOP_COLUMNS + FLATTEN_BUFFER_COLUMNS * _BUFFERS
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # ConfigSpace -> {index: Tree}
+
+
+def tree_of(candidate) -> Tree:
+    """The cached Tree of a Candidate (lowered once per config)."""
+    space = candidate.config.space
+    try:
+        per = _CACHE.setdefault(space, {})
+    except TypeError:   # not weak-referenceable: no cache
+        return encode(candidate.program)
+    t = per.get(candidate.index)
+    if t is None:
+        t = per[candidate.index] = encode(candidate.program)
+    return t
+
+
+class Batch:
+    """Trees of several programs as one forest with level schedules."""
+
+    def __init__(self, trees: list[Tree], dim: int):
+        sizes = np.array([len(t.parent) for t in trees], np.int64)
+        offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.n_prog = len(trees)
+        self.x = np.concatenate([t.x for t in trees]) if sizes.sum() else np.zeros((0, dim))
+        self.prog = np.repeat(np.arange(len(trees)), sizes)
+        parent = [np.where(t.parent >= 0, t.parent + o, -1) for t, o in zip(trees, offs)]
+        self.parent = np.concatenate(parent) if parent else np.zeros(0, np.int64)
+        self.height = np.concatenate([t.height for t in trees]) if trees else np.zeros(0, np.int64)
+        n_levels = int(self.height.max()) + 1 if len(self.height) else 0
+        has_p = self.parent >= 0
+        ph = np.where(has_p, self.height[np.maximum(self.parent, 0)], -1)
+        self.levels = [np.flatnonzero(self.height == lv) for lv in range(n_levels)]
+        self.children = [np.flatnonzero(ph == lv) for lv in range(n_levels)]   # nodes whose parent is on level lv
+
+
+# ---- the network -----------------------------------------------------------------------------
+
+def _sigmoid(a):
+    return 0.5 * (1.0 + np.tanh(0.5 * a))
+
+
+class TreeGRU:
+    """Parameters, forward and manual backward of the TreeGRU scorer."""
+
+    NAMES = ("Wx", "bx", "Uzr", "Uc", "Wm", "bm", "w", "b")
+
+    def __init__(self, dim: int, hidden: int, slots: int, rng: np.random.Generator, dtype=np.float64):
+        H, m = hidden, slots
+        s = lambda fan_in: 1.0 / np.sqrt(fan_in)
+        self.p = {
+            "Wx": rng.normal(0, s(dim), (dim, 3 * H)),
+            "bx": np.zeros(3 * H),
+            "Uzr": rng.normal(0, s(H), (H, 2 * H)),
+            "Uc": rng.normal(0, s(H), (H, H)),
+            "Wm": rng.normal(0, s(H), (H, m)),
+            "bm": np.zeros(m),
+            "w": rng.normal(0, s(m * H), m * H),
+            "b": np.zeros(1),
+        }
+        self.p = {k: v.astype(dtype) for k, v in self.p.items()}
+        self.mean = np.zeros(dim)
+        self.scale = np.ones(dim)
+        self.hidden, self.slots = H, m
+
+    def forward(self, batch: Batch, keep: bool = False):
+        p, H, m = self.p, self.hidden, self.slots
+        N = len(batch.x)
+        x = (batch.x - self.mean) / self.scale
+        ax = x @ p["Wx"] + p["bx"]                                   # (N, 3H): the input terms of all gates
+        hs_all = np.zeros((N, H))
+        h_all = np.zeros((N, H))
+        z_all, r_all, c_all = np.zeros((N, H)), np.zeros((N, H)), np.zeros((N, H))
+        for lv, idx in enumerate(batch.levels):
+            ch = batch.children[lv]
+            if len(ch):
+                np.add.at(hs_all, batch.parent[ch], h_all[ch])
+            hs = hs_all[idx]
+            a = ax[idx]
+            zr = _sigmoid(a[:, :2 * H] + hs @ p["Uzr"])
+            z, r = zr[:, :H], zr[:, H:]
+            c = np.tanh(a[:, 2 * H:] + (r * hs) @ p["Uc"])
+            h_all[idx] = z * hs + (1.0 - z) * c
+            z_all[idx], r_all[idx], c_all[idx] = z, r, c
+        logits = h_all @ p["Wm"] + p["bm"]
+        logits -= logits.max(axis=1, keepdims=True) if N else 0.0
+        A = np.exp(logits)
+        A /= A.sum(axis=1, keepdims=True)
+        out = (A[:, :, None] * h_all[:, None, :]).reshape(N, m * H)
+        E = np.zeros((batch.n_prog, m * H))
+        np.add.at(E, batch.prog, out)
+        score = E @ p["w"] + p["b"][0]
+        if keep:
+            self._cache = (x, hs_all, h_all, z_all, r_all, c_all, A, E)
+        return score
+
+    def backward(self, batch: Batch, dscore: np.ndarray) -> dict:
+        p, H, m = self.p, self.hidden, self.slots
+        x, hs_all, h_all, z_all, r_all, c_all, A, E = self._cache
+        N = len(x)
+        g = {"w": E.T @ dscore, "b": np.array([dscore.sum()])}
+        dE = dscore[:, None] * p["w"][None, :]                       # (P, mH)
+        dout = dE[batch.prog].reshape(N, m, H)
+        dA = np.einsum("nmh,nh->nm", dout, h_all)
+        dh_all = np.einsum("nmh,nm->nh", dout, A)
+        dlog = A * (dA - (dA * A).sum(axis=1, keepdims=True))
+        g["Wm"], g["bm"] = h_all.T @ dlog, dlog.sum(axis=0)
+        dh_all += dlog @ p["Wm"].T
+        dax = np.zeros((N, 3 * H))
+        dUzr, dUc = np.zeros_like(p["Uzr"]), np.zeros_like(p["Uc"])
+        dhs_all = np.zeros((N, H))
+        for lv in reversed(range(len(batch.levels))):
+            idx = batch.levels[lv]
+            dh = dh_all[idx]
+            hs, z, r, c = hs_all[idx], z_all[idx], r_all[idx], c_all[idx]
+            dz = dh * (hs - c)
+            dac = dh * (1.0 - z) * (1.0 - c * c)
+            dhs = dh * z
+            rhs = r * hs
+            dUc += rhs.T @ dac
+            drhs = dac @ p["Uc"].T
+            dhs += drhs * r
+            dazr = np.concatenate([dz * z * (1.0 - z), drhs * hs * r * (1.0 - r)], axis=1)
+            dUzr += hs.T @ dazr
+            dhs += dazr @ p["Uzr"].T
+            dax[idx, :2 * H], dax[idx, 2 * H:] = dazr, dac
+            dhs_all[idx] = dhs
+            ch = batch.children[lv]
+            if len(ch):   # each child has one parent: plain fancy-index add is exact
+                dh_all[ch] += dhs_all[batch.parent[ch]]
+        g["Uzr"], g["Uc"] = dUzr, dUc
+        g["Wx"], g["bx"] = x.T @ dax, dax.sum(axis=0)
+        return g
+
+    # -- persistence
+    def state(self, prefix: str) -> dict:
+        d = {f"{prefix}{k}": v for k, v in self.p.items()}
+        d[f"{prefix}mean"], d[f"{prefix}scale"] = self.mean, self.scale
+        return d
+
+    @classmethod
+    def from_state(cls, d, prefix: str) -> TreeGRU:
+        net = cls.__new__(cls)
+        net.p = {k: np.array(d[f"{prefix}{k}"]) for k in cls.NAMES}
+        net.mean, net.scale = np.array(d[f"{prefix}mean"]), np.array(d[f"{prefix}scale"])
+        net.hidden = net.p["Uc"].shape[0]
+        net.slots = net.p["Wm"].shape[1]
+        return net
+
+
+# ---- losses ----------------------------------------------------------------------------------
+
+def rank_loss(score: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[float, np.ndarray]:
+    """Eq. 2: mean over pairs (i faster than j, same group) of log(1 + exp(-(f_i - f_j)))."""
+    a, b = np.triu_indices(len(y), 1)
+    keep = (groups[a] == groups[b]) & (y[a] != y[b])
+    a, b = a[keep], b[keep]
+    if not len(a):
+        return 0.0, np.zeros_like(score)
+    better = y[a] > y[b]
+    hi, lo = np.where(better, a, b), np.where(better, b, a)
+    d = score[hi] - score[lo]
+    loss = float(np.mean(np.logaddexp(0.0, -d)))
+    q = _sigmoid(-d) / len(d)                                       # -dloss/dd
+    grad = np.bincount(lo, q, len(score)) - np.bincount(hi, q, len(score))
+    return loss, grad
+
+
+def mse_loss(score: np.ndarray, y: np.ndarray, groups=None) -> tuple[float, np.ndarray]:
+    d = score - y
+    return float(np.mean(d * d)), 2.0 * d / len(d)
+
+
+# ---- the cost model --------------------------------------------------------------------------
+
+class TreeGRUModel(tunekit.CostModel):
+    """TreeGRU cost model on the loop tree of the lowered program (Figure 3d)."""
+
+    name = "treegru"
+
+    class Options(tunekit.Options):
+        hidden: int = Field(32, ge=1, le=1024, description="Hidden state size of the TreeGRU.")
+        slots: int = Field(4, ge=1, le=64, description="Memory slots the node states are softly scattered "
+                                                        "into; the program embedding is slots * hidden.")
+        epochs: int = Field(60, ge=1, description="Passes over the trials per fit (at least `min_steps` "
+                                                  "Adam steps are taken however few the trials are).")
+        min_steps: int = Field(150, ge=0, description="Fewest Adam steps per fit (small trial sets need more "
+                                                      "passes than `epochs`).")
+        learning_rate: float = Field(0.005, gt=0, description="Adam step size.")
+        batch_size: int = Field(64, ge=2, description="Trials (programs) per minibatch; rank pairs are formed "
+                                                      "within a minibatch.")
+        objective: Literal["rank", "regression"] = Field(
+            "rank", description="rank: pairwise logistic rank loss (Eq. 2 of the paper); regression: squared "
+                                "error on normalized throughput (best cost / cost; failed trials 0).")
+        max_history: int = Field(20_000, ge=1, description="fit_history: most records used (a seeded sample).")
+        seed: int = Field(0, description="Seed of the weight initialization and the minibatch order.")
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self._global: TreeGRU | None = None
+        self._local: TreeGRU | None = None
+
+    # -- training
+    def _train(self, trees: list[Tree], y: np.ndarray, groups: np.ndarray, base: np.ndarray | None,
+               rng: np.random.Generator) -> TreeGRU:
+        o = self.options
+        dim = input_dim()
+        net = TreeGRU(dim, o.hidden, o.slots, rng)
+        xs = [t.x for t in trees if len(t.x)]
+        if xs:
+            allx = np.concatenate(xs)
+            net.mean, net.scale = allx.mean(axis=0), np.maximum(allx.std(axis=0), 1e-3)
+        loss_fn = rank_loss if o.objective == "rank" else mse_loss
+        n = len(trees)
+        bs = min(o.batch_size, n)
+        per_epoch = -(-n // bs)
+        steps = max(o.epochs * per_epoch, o.min_steps)
+        adam = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in net.p.items()}
+        b1, b2, eps = 0.9, 0.999, 1e-8
+        batches: dict = {}
+        order = np.zeros(0, np.int64)
+        for step in range(1, steps + 1):
+            if len(order) < bs:
+                order = np.concatenate([order, rng.permutation(n)])
+            sel, order = np.sort(order[:bs]), order[bs:]
+            if n <= bs:   # one fixed batch: build the forest once
+                batch = batches.get(0) or batches.setdefault(0, Batch(trees, dim))
+            else:
+                batch = Batch([trees[i] for i in sel], dim)
+            score = net.forward(batch, keep=True)
+            if base is not None:
+                score = score + base[sel]
+            _, dscore = loss_fn(score, y[sel], groups[sel])
+            if not dscore.any():
+                continue
+            g = net.backward(batch, dscore)
+            lr = o.learning_rate * np.sqrt(1 - b2 ** step) / (1 - b1 ** step)
+            for k, v in net.p.items():
+                m1, m2 = adam[k]
+                m1 *= b1
+                m1 += (1 - b1) * g[k]
+                m2 *= b2
+                m2 += (1 - b2) * g[k] * g[k]
+                v -= lr * m1 / (np.sqrt(m2) + eps)
+        return net
+
+    @staticmethod
+    def _score(net: TreeGRU | None, trees: list[Tree]) -> np.ndarray:
+        if net is None:
+            return np.zeros(len(trees))
+        return net.forward(Batch(trees, net.p["Wx"].shape[0]))
+
+    def fit(self, trials) -> None:
+        """Train the local TreeGRU on all trials of the task (failed ones have throughput 0);
+        with a global model, on the sum f_global + f_local (Eq. 4)."""
+        trials = list(trials)
+        y = labels(trials)
+        if not trials or not y.any():
+            self._local = None
+            return
+        trees = [tree_of(t.candidate) for t in trials]
+        base = self._score(self._global, trees) if self._global is not None else None
+        rng = np.random.default_rng([self.options.seed, len(trials)])
+        self._local = self._train(trees, y, np.zeros(len(y), np.int64), base, rng)
+
+    def fit_history(self, records) -> None:
+        """Train the global TreeGRU on trials of other workloads (rank pairs and
+        regression labels within a workload, i.e. a config space). Drops the local model."""
+        records = [r for r in records if r.candidate is not None]
+        rng = np.random.default_rng([self.options.seed, len(records), 1])
+        if len(records) > self.options.max_history:
+            records = [records[i] for i in np.sort(rng.choice(len(records), self.options.max_history, False))]
+        spaces: dict[int, int] = {}
+        gid = np.array([spaces.setdefault(id(r.candidate.config.space), len(spaces)) for r in records], np.int64)
+        y = np.zeros(len(records))
+        for g in range(len(spaces)):
+            m = np.flatnonzero(gid == g)
+            y[m] = labels([records[i] for i in m])
+        self._global, self._local = None, None
+        if not y.any():
+            return
+        trees = [tree_of(r.candidate) for r in records]
+        self._global = self._train(trees, y, gid, None, rng)
+
+    def predict(self, candidates) -> np.ndarray:
+        """Scores (higher = predicted faster): f_global + f_local; zeros before any fit."""
+        candidates = list(candidates)
+        if not candidates or (self._global is None and self._local is None):
+            return np.zeros(len(candidates))
+        trees = [tree_of(c) for c in candidates]
+        out = np.zeros(len(trees))
+        for net in (self._global, self._local):
+            if net is not None:
+                out += self._score(net, trees)
+        return out
+
+    # -- persistence
+    def save(self, path: str) -> None:
+        """Write options and weights with np.savez (to exactly `path`)."""
+        d = {"format": np.array(_FORMAT), "model": np.array(self.name),
+             "options": np.array(self.options.model_dump_json())}
+        for prefix, net in (("global.", self._global), ("local.", self._local)):
+            if net is not None:
+                d.update(net.state(prefix))
+        buf = io.BytesIO()
+        np.savez(buf, **d)
+        with open(path, "wb") as fh:
+            fh.write(buf.getvalue())
+
+    def load(self, path: str) -> None:
+        """Read the state written by `save` (also its options)."""
+        try:
+            d = np.load(path, allow_pickle=False)
+            ok = int(d["format"]) == _FORMAT and str(d["model"]) == self.name
+        except Exception as e:
+            raise TunekitError(f"{path}: not a saved {self.name!r} cost model ({e})") from e
+        if not ok:
+            raise TunekitError(f"{path}: not a saved {self.name!r} cost model")
+        self.options = self.Options.model_validate_json(str(d["options"]))
+        self._global = TreeGRU.from_state(d, "global.") if "global.Wx" in d.files else None
+        self._local = TreeGRU.from_state(d, "local.") if "local.Wx" in d.files else None
+
+
+@tunekit.hookimpl
+def tunekit_cost_models():
+    return [TreeGRUModel]
