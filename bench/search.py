@@ -3,8 +3,8 @@
     python bench/search.py [--quick] [--trials N] [--seeds S] [--layers resnet18.C6,...]
 
 For each layer and seed it tunes with: xgboost+annealing (rank loss),
-xgboost+annealing (regression), lightgbm+annealing (rank), genetic, and random
-search; then transfer: a model trained on C1-C6 history tuning C7 (and C8, C9)
+xgboost+annealing (regression), lightgbm+annealing (rank), TreeGRU+annealing,
+genetic, and random search; then transfer: a model trained on C1-C6 history tuning C7 (and C8, C9)
 against the same without history. Every run is a tunekit run in
 its own database under bench/results/search/, so a rerun resumes and skips
 finished runs.
@@ -31,6 +31,8 @@ METHODS = {
     "xgb-rank+annealing": ({"name": "xgboost", "objective": "rank"}, "annealing"),
     "xgb-reg+annealing": ({"name": "xgboost", "objective": "regression"}, "annealing"),
     "lgbm-rank+annealing": ({"name": "lightgbm", "objective": "rank"}, "annealing"),
+    # TreeGRU reads each candidate's lowered program: fewer annealing steps keep proposals fast
+    "treegru+annealing": ("treegru", {"name": "annealing", "n_chains": 32, "steps": 4}),
     "genetic": ("random", "genetic"),
     "random": ("random", "random"),
 }
@@ -46,7 +48,7 @@ def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfe
     st = tune([workload], target="x86", model=model, explorer=explorer, trials=trials, seed=seed,
               database=db, tuning={"transfer": transfer, "batch_size": 8})[0]
     if times is not None and st.done and st.measure_s:   # a resumed, finished run measures nothing
-        times[f"{workload}|{json.dumps(model)}|{explorer}|{trials}|{seed}|{transfer}"] = {
+        times[f"{workload}|{json.dumps(model)}|{_name(explorer)}|{trials}|{seed}|{transfer}"] = {
             "wall_s": time.monotonic() - t0, "tuner_s": st.fit_s + st.propose_s, "measure_s": st.measure_s}
     flops = st.ts.task.flops
     return [flops / c / 1e9 if c != float("inf") else 0.0 for c in st.curve[-st.done:]] if st.done else []
@@ -54,6 +56,10 @@ def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfe
 
 def db_for(root: str, *parts) -> str:
     return os.path.join(root, *map(str, parts[:-1]), f"{parts[-1]}.db")
+
+
+def _name(component) -> str:
+    return component if isinstance(component, str) else json.dumps(component)
 
 
 def at(curve: list[float], n: int) -> float:
@@ -138,7 +144,7 @@ def main() -> None:
         for trials in (64, 256) if not a.quick else (64,):
             curve = run(db_for(a.out, "budget", f"{workload}-{trials}"), workload, xgb[0], xgb[1], trials, 0,
                         times=times)
-            t = times.get(f"{workload}|{json.dumps(xgb[0])}|{xgb[1]}|{trials}|0|False", {})
+            t = times.get(f"{workload}|{json.dumps(xgb[0])}|{_name(xgb[1])}|{trials}|0|False", {})
             share = t.get("tuner_s", 0) / t["wall_s"] if t.get("wall_s") else float("nan")
             print(f"  {workload:12s} {trials:4d} trials: {at(curve, trials):7.1f} GFLOPS, "
                   f"wall {t.get('wall_s', float('nan')):.0f} s, tuner's own time {share:.0%}")
