@@ -68,6 +68,10 @@ class Plugins:
         self.modules.pop(name, None)
         _reset_registry()
 
+    def version(self, name: str) -> str:
+        """"DIST VERSION" of a registered plugin ("" when registered by hand)."""
+        return " ".join(self.versions.get(name, ("", ""))).strip()
+
     def importable(self, name: str) -> bool:
         """Whether a spawned worker can load plugin `name` too (entry point or module)."""
         return name in self.entry_point_names or name in self.modules

@@ -24,16 +24,16 @@ class Registry:
             table: dict[str, Entry] = {}
             for plugin, classes in p.results(hook):
                 for cls in classes:
-                    self._add(table, kind, cls.name, Entry(cls, plugin, ' '.join(p.versions.get(plugin, ('', ''))).strip()))
+                    self._add(table, kind, cls.name, Entry(cls, plugin, p.version(plugin)))
             self.components[kind] = dict(sorted(table.items()))
         self.ops: dict[str, Entry] = {}
         for plugin, ops in p.results("tunekit_ops"):
             for op in ops:
-                self._add(self.ops, "op", op.name, Entry(op, plugin, ' '.join(p.versions.get(plugin, ('', ''))).strip()))
+                self._add(self.ops, "op", op.name, Entry(op, plugin, p.version(plugin)))
         self.workloads: dict[str, Entry] = {}
         for plugin, wl in p.results("tunekit_workloads"):
             for name, spec in wl.items():
-                self._add(self.workloads, "workload", name, Entry(spec, plugin, ' '.join(p.versions.get(plugin, ('', ''))).strip()))
+                self._add(self.workloads, "workload", name, Entry(spec, plugin, p.version(plugin)))
         self.templates = [t for _, ts in p.results("tunekit_templates") for t in ts]
 
     @staticmethod

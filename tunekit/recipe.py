@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from .recipe_errors import check_keys, error, message, path
 from ._registry import registry
 from .component import Component, Options
 from .errors import RecipeError
@@ -87,45 +88,6 @@ class ComponentSpec:
         return self.name + (f" ({', '.join(f'{k}={v!r}' for k, v in changed.items())})" if changed else "")
 
 
-def _error(items: Iterable[tuple[tuple, str, Any]], title: str = "recipe") -> ValidationError:
-    """Build a ValidationError from (loc, message, input); pydantic nests it under the caller's loc."""
-    return ValidationError.from_exception_data(title, [
-        {"type": PydanticCustomError("tunekit", "{message}", {"message": msg}), "loc": loc, "input": inp}
-        for loc, msg, inp in items])
-
-
-def _message(err: dict, noun: str, owner: str) -> str:
-    """Say one pydantic error in recipe words (ours pass through unchanged)."""
-    if err["type"] == "tunekit":
-        return err["msg"]
-    if err["type"] == "missing" and len(err["loc"]) == 1:
-        return f"missing {noun} {err['loc'][0]!r}{owner}"
-    msg = "should be a table" if err["type"] in ("model_type", "dict_type") else err["msg"]
-    inp = err.get("input")
-    if inp is None or isinstance(inp, (str, int, float, bool)):
-        msg += f" (got {inp!r})"
-    elif err["type"] in ("model_type", "dict_type", "list_type"):
-        msg += f" (got {type(inp).__name__})"
-    return msg
-
-
-def _check_keys(fields: Mapping, data: Any, validate: Callable, noun: str, owner: str = ""):
-    """Validate `data` with `validate`, reporting every unknown key (with the valid
-    ones) and every field error together instead of the first one only."""
-    if not isinstance(data, Mapping):
-        return validate(data)
-    known = list(fields) + [f.alias for f in fields.values() if f.alias and f.alias not in fields]
-    valid = f"its {noun}s: {', '.join(known)}" if known else f"it has no {noun}s"
-    problems = [((k,), f"unknown {noun} {k!r}{owner} ({valid})", v) for k, v in data.items() if k not in known]
-    try:
-        result = validate({k: v for k, v in data.items() if k in known})
-    except ValidationError as e:
-        problems += [(tuple(err["loc"]), _message(err, noun, owner), err.get("input")) for err in e.errors()]
-    if problems:
-        raise _error(problems)
-    return result
-
-
 class Section(BaseModel):
     """Base of the fixed recipe sections: unknown keys are reported with the valid ones."""
     model_config = ConfigDict(extra="forbid")
@@ -134,7 +96,7 @@ class Section(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _friendly(cls, data, handler):
-        return _check_keys(cls.model_fields, data, handler, cls._noun)
+        return check_keys(cls.model_fields, data, handler, cls._noun)
 
 
 def _component(kind: str, default: str, value: Any) -> ComponentSpec:
@@ -165,7 +127,7 @@ def _component(kind: str, default: str, value: Any) -> ComponentSpec:
                                                                            "i": installed})
     cls = table[name].obj
     rest = {k: v for k, v in value.items() if k != "name"}
-    options = _check_keys(cls.Options.model_fields, rest, cls.Options.model_validate, "option", f" for {kind} {name!r}")
+    options = check_keys(cls.Options.model_fields, rest, cls.Options.model_validate, "option", f" for {kind} {name!r}")
     return ComponentSpec(kind, name, options, cls)
 
 
@@ -201,26 +163,26 @@ class TaskSpec(Section):
     def _resolve(self):
         reg = registry()
         if self.op is None and self.workload is None:
-            raise _error([((), "give either op (with args) or workload", None)])
+            raise error([((), "give either op (with args) or workload", None)])
         if self.op is not None and self.workload is not None:
-            raise _error([((), f"give either op or workload, not both (workload {self.workload!r} names its op)",
+            raise error([((), f"give either op or workload, not both (workload {self.workload!r} names its op)",
                            None)])
         op_name, args = self.op, self.args
         if self.workload is not None:
             if self.workload not in reg.workloads:
                 installed = ", ".join(sorted(reg.workloads)) or "none"
                 msg = f"unknown workload {self.workload!r} (installed: {installed})"
-                raise _error([(("workload",), msg, self.workload)])
+                raise error([(("workload",), msg, self.workload)])
             op_name, wargs = reg.workloads[self.workload].obj
             args = {**wargs, **args}
         if op_name not in reg.ops:
-            raise _error([(("op",), f"unknown op {op_name!r} (installed: {', '.join(sorted(reg.ops)) or 'none'})",
+            raise error([(("op",), f"unknown op {op_name!r} (installed: {', '.join(sorted(reg.ops)) or 'none'})",
                            op_name)])
         Args = reg.ops[op_name].obj.Args
         try:
-            _check_keys(Args.model_fields, args, Args.model_validate, "argument", f" for op {op_name!r}")
+            check_keys(Args.model_fields, args, Args.model_validate, "argument", f" for op {op_name!r}")
         except ValidationError as e:
-            raise _error((("args", *err["loc"]), err["msg"], err["input"]) for err in e.errors()) from None
+            raise error((("args", *err["loc"]), err["msg"], err["input"]) for err in e.errors()) from None
         return self
 
     def task(self) -> Task:
@@ -308,7 +270,7 @@ class Recipe(Section):
             try:
                 serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls)]
             except AttributeError as e:  # a target class without `family`
-                raise _error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
+                raise error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
             if spec.template is not None and spec.template not in [t.name for t in serving]:
                 available = ", ".join(t.name for t in serving) or "none"
                 msg = (f"no template {spec.template!r} for op {op!r} on target {self.target.name!r} "
@@ -319,7 +281,7 @@ class Recipe(Section):
                        "install a plugin that provides one")
                 problems.append((("tasks", i), msg, None))
         if problems:
-            raise _error(problems)
+            raise error(problems)
         return self
 
     @property
@@ -345,12 +307,12 @@ class Recipe(Section):
         try:
             recipe = cls.model_validate(data)
         except ValidationError as e:
-            problems = [(tuple(err["loc"]), _message(err, "section", "")) for err in e.errors()]
+            problems = [(tuple(err["loc"]), message(err, "section", "")) for err in e.errors()]
         else:
             if not recipe.tasks:
                 problems = [(("tasks",), "no tasks to tune; add [[tasks]] tables with op + args, or workload")]
         if problems:
-            raise RecipeError("\n".join(f"{source}: {_path(loc)}: {msg}" if loc else f"{source}: {msg}"
+            raise RecipeError("\n".join(f"{source}: {path(loc)}: {msg}" if loc else f"{source}: {msg}"
                                         for loc, msg in problems))
         recipe._source = source
         return recipe
@@ -379,14 +341,6 @@ class Recipe(Section):
         data["measure"].pop("build_workers", None)
         data.pop("database", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _path(loc: Iterable) -> str:
-    """('tasks', 1, 'args', 'M') -> 'tasks[1].args.M'."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _parse(path: Path, text: str) -> Any:
