@@ -39,13 +39,14 @@ METHODS = {
 
 
 def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfer: bool = False,
-        times: dict | None = None) -> list[float]:
+        times: dict | None = None, template: str | None = None) -> list[float]:
     """Tune one layer in database `db` (one database per search, so that no search
     learns from another's trials); return the best-so-far GFLOPS after each trial."""
     from tunekit.tuner import tune
     os.makedirs(os.path.dirname(db), exist_ok=True)
     t0 = time.monotonic()
-    st = tune([workload], target="x86", model=model, explorer=explorer, trials=trials, seed=seed,
+    task = {"workload": workload, "template": template} if template else workload
+    st = tune([task], target="x86", model=model, explorer=explorer, trials=trials, seed=seed,
               database=db, tuning={"transfer": transfer, "batch_size": 8})[0]
     if times is not None and st.done and st.measure_s:   # a resumed, finished run measures nothing
         times[f"{workload}|{json.dumps(model)}|{_name(explorer)}|{trials}|{seed}|{transfer}"] = {
@@ -85,6 +86,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=128)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--layers", default="resnet18.C6,resnet18.C2,resnet18.C9")
+    ap.add_argument("--template", default=None, help="tune the layers with this template (default: each op's)")
+    ap.add_argument("--parts", default="search,transfer,budget", help="which parts to run")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "search"))
     a = ap.parse_args()
     if a.quick:
@@ -97,14 +100,16 @@ def main() -> None:
     marks = sorted({n // 4, n // 2, n})
     print(f"\nFigure 4/5: best GFLOPS found (median over {a.seeds} seeds) after "
           f"{', '.join(map(str, marks))} trials")
-    for layer in a.layers.split(","):
+    parts = a.parts.split(",")
+    for layer in a.layers.split(",") if "search" in parts else []:
         curves = {}
+        tag = f"{layer}-{a.template}" if a.template else layer
         for label, (model, explorer) in METHODS.items():
-            curves[label] = [run(db_for(a.out, layer, f"{label}-seed{s}"), layer, model, explorer, n, s, times=times)
-                             for s in range(a.seeds)]
+            curves[label] = [run(db_for(a.out, tag, f"{label}-seed{s}"), layer, model, explorer, n, s, times=times,
+                                 template=a.template) for s in range(a.seeds)]
             json.dump(times, open(times_path, "w"), indent=1)
         base = statistics.median(at(c, n) for c in curves["random"])
-        print(f"\n{layer}: random search reaches {base:.1f} GFLOPS in {n} trials")
+        print(f"\n{tag}: random search reaches {base:.1f} GFLOPS in {n} trials")
         print(f"  {'method':22s}" + "".join(f"{m:>9d}" for m in marks) + "   trials to random's best (median)")
         for label, runs in curves.items():
             reach = [trials_to_reach(c, base) for c in runs]
@@ -112,10 +117,19 @@ def main() -> None:
             med_s = "never" if med == float("inf") else str(med)
             print(f"  {label:22s}" + "".join(f"{statistics.median(at(c, m) for c in runs):9.1f}" for m in marks)
                   + f"   {med_s}  (per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
-        png = os.path.join(a.out, f"search_{layer}.png")
+        png = os.path.join(a.out, f"search_{tag}.png")
         plot(curves, png, f"{layer}: best GFLOPS vs trials (median of {a.seeds} seeds)")
         print(f"  plot: {png}")
 
+    if "transfer" in parts:
+        transfer(a, n, times)
+    json.dump(times, open(times_path, "w"), indent=1)
+    if "budget" in parts:
+        budget(a, times)
+    json.dump(times, open(times_path, "w"), indent=1)
+
+
+def transfer(a, n: int, times: dict) -> None:
     print("\nFigure 8: transfer learning (history: C1-C6 tuned with xgboost+annealing)")
     xgb = METHODS["xgb-rank+annealing"]
     history = db_for(a.out, "transfer", "history-C1-C6")
@@ -137,8 +151,10 @@ def main() -> None:
               f"{', '.join('-' if r is None else str(r) for r in reach)}")
         plot({"xgboost+annealing": without, "xgboost+annealing + transfer": with_t},
              os.path.join(a.out, f"transfer_{layer}.png"), f"{layer}: transfer from C1-C6")
-    json.dump(times, open(times_path, "w"), indent=1)
 
+
+def budget(a, times: dict) -> None:
+    xgb = METHODS["xgb-rank+annealing"]
     print("\nxgboost+annealing: best GFLOPS and tuning wall time (this machine)")
     for workload in ("matmul-1024", "resnet18.C6"):
         for trials in (64, 256) if not a.quick else (64,):
@@ -148,7 +164,6 @@ def main() -> None:
             share = t.get("tuner_s", 0) / t["wall_s"] if t.get("wall_s") else float("nan")
             print(f"  {workload:12s} {trials:4d} trials: {at(curve, trials):7.1f} GFLOPS, "
                   f"wall {t.get('wall_s', float('nan')):.0f} s, tuner's own time {share:.0%}")
-    json.dump(times, open(times_path, "w"), indent=1)
 
 
 if __name__ == "__main__":
