@@ -108,6 +108,26 @@ class PairwiseRankLoss:
         return grad, np.maximum(hess, 1e-6)
 
 
+def history_labels(records, seed: int, cap: int):
+    """Prepare history for a global model: keep records with candidates, sample at
+    most `cap` of them, and group them into workloads (one config space each).
+
+    Returns:
+        (records, workload id per record, labels normalized per workload, the rng used).
+    """
+    records = [r for r in records if r.candidate is not None]
+    rng = np.random.default_rng([seed, len(records), 1])
+    if len(records) > cap:
+        records = [records[i] for i in np.sort(rng.choice(len(records), cap, False))]
+    spaces: dict[int, int] = {}
+    gid = np.array([spaces.setdefault(id(r.candidate.config.space), len(spaces)) for r in records], np.int64)
+    y = np.zeros(len(records))
+    for g in range(len(spaces)):
+        m = np.flatnonzero(gid == g)
+        y[m] = labels([records[i] for i in m])
+    return records, gid, y, rng
+
+
 def labels(trials) -> np.ndarray:
     """Normalized throughput: best cost / cost (1 for the best), 0 for failures."""
     costs = np.array([t.cost if t.ok else np.inf for t in trials], np.float64)
@@ -227,16 +247,7 @@ class GBTModel(tunekit.CostModel):
         TaskSpace per workload); the rank loss compares configs of one workload
         only, and regression labels are normalized per workload. Drops the local
         model: call `fit` afterwards."""
-        records = [r for r in records if r.candidate is not None]
-        rng = np.random.default_rng([self.options.seed, len(records), 1])
-        if len(records) > self.options.max_history:
-            records = [records[i] for i in np.sort(rng.choice(len(records), self.options.max_history, False))]
-        spaces: dict[int, int] = {}
-        gid = np.array([spaces.setdefault(id(r.candidate.config.space), len(spaces)) for r in records], np.int64)
-        y = np.zeros(len(records))
-        for g in range(len(spaces)):
-            m = np.flatnonzero(gid == g)
-            y[m] = labels([records[i] for i in m])
+        records, gid, y, rng = history_labels(records, self.options.seed, self.options.max_history)
         self._global, self._local = None, None
         if not y.any():
             return

@@ -35,7 +35,7 @@ import tunekit
 from tunekit.errors import TunekitError
 from tunekit.features import FLATTEN_BUFFER_COLUMNS, FLATTEN_LOOP_COLUMNS, LoopNest, flatten_features
 
-from ..gbt_common import labels
+from ..gbt_common import history_labels, labels
 
 _BUFFERS = 4           # buffer slots of a node's context vector (kernel params first, then allocations)
 _FORMAT = 1
@@ -341,16 +341,7 @@ class TreeGRUModel(tunekit.CostModel):
     def fit_history(self, records) -> None:
         """Train the global TreeGRU on trials of other workloads (rank pairs and
         regression labels within a workload, i.e. a config space). Drops the local model."""
-        records = [r for r in records if r.candidate is not None]
-        rng = np.random.default_rng([self.options.seed, len(records), 1])
-        if len(records) > self.options.max_history:
-            records = [records[i] for i in np.sort(rng.choice(len(records), self.options.max_history, False))]
-        spaces: dict[int, int] = {}
-        gid = np.array([spaces.setdefault(id(r.candidate.config.space), len(spaces)) for r in records], np.int64)
-        y = np.zeros(len(records))
-        for g in range(len(spaces)):
-            m = np.flatnonzero(gid == g)
-            y[m] = labels([records[i] for i in m])
+        records, gid, y, rng = history_labels(records, self.options.seed, self.options.max_history)
         self._global, self._local = None, None
         if not y.any():
             return
