@@ -6,7 +6,9 @@ layouts); any repacking happens inside the timed kernel.
   which costs as much as the convolution itself on deep layers (C9-C12).
 - `nchwc`: the spatial pack of AutoTVM's x86 schedule: weights packed into
   [OC/ocb, C/icb, R, S, icb, ocb] and data into [N, C/icb, Hp, Wp, icb]; vectors
-  over ocb output channels, output pixels broadcast.
+  over ocb output channels, output pixels broadcast. Its space is the large one
+  (10^4-10^5 configs: register tiles of any size that fits, reduction orders,
+  unrolling), pruned only by what the hardware rules out: the space to learn in.
 
 In both, output tiles past the edge are computed on zero padding and dropped by the
 unpack to NCHW, so no micro-kernel has a bounds guard.
@@ -97,23 +99,22 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
     lanes, cores = device.lanes(dtype), device.cores
     oc_c = padded_splits(K_out, [u * lanes for u in range(1, 5)], lanes)
-    oh_c = padded_splits(OH, range(1, 5))
+    oh_c = padded_splits(OH, range(1, 9))
     ow_c = padded_splits(OW, range(1, 31))
     cfg.define_split("tile_oc", K_out, num_outputs=2, policy="candidates", candidates=oc_c)
     cfg.define_split("tile_ic", C, num_outputs=2, filter=lambda v: v[1] <= 64)
     cfg.define_split("tile_oh", OH, num_outputs=2, policy="candidates", candidates=oh_c)
     cfg.define_split("tile_ow", OW, num_outputs=2, policy="candidates", candidates=ow_c)
-
     cfg.define_knob("weight_at", ["root", "block"])   # pack all weights first, or each block's in its task
-
-    def acc(oc, oh, ow):    # accumulator registers of the tile, and the most that fit
-        u = oc[1] // lanes
-        return oh[1] * ow[1] * u, acc_range(device, u)[1]
+    cfg.define_knob("reduce_order", list(_REDUCE_ORDERS) if R * S > 1 else ["c-rs-ci"])
+    cfg.define_knob("unroll_rx", [False, True] if S > 1 else [False])
 
     def parallel(oc, oh, at):
         return N * oc[0] * (oh[0] if at == "root" else 1)
-    fits = register_tile_rule(device, acc, [oc_c, oh_c, ow_c])
-    cfg.constrain(lambda c: fits(c["tile_oc"], c["tile_oh"], c["tile_ow"]))
+    # the register tile (oh x ow pixels x ocb/lanes vectors of accumulators) must fit beside a
+    # row of weights and a broadcast; how large it should be is left to the search
+    cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * (c["tile_oc"][1] // lanes)
+                  <= acc_range(device, c["tile_oc"][1] // lanes)[1])
     if N * K_out * OH * OW >= 16 << 10 and any(balanced(N * oc[0] * oh[0], cores) for oc in oc_c for oh in oh_c):
         cfg.constrain(lambda c: balanced(parallel(c["tile_oc"], c["tile_oh"], c["weight_at"]), cores))
 
@@ -162,7 +163,10 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
 
     cn, co, cy, cx, cv = s[Co].op.axis
     cvo, cvi = s[Co].split(cv, lanes)
-    s[Co].reorder(cn, co, rc, ry, rx, rci, cy, cx, cvo, cvi)
+    red = {"rc": rc, "ry": ry, "rx": rx, "rci": rci}
+    s[Co].reorder(cn, co, *(red[a] for a in _REDUCE_ORDERS[cfg["reduce_order"]]), cy, cx, cvo, cvi)
+    if cfg["unroll_rx"]:
+        s[Co].unroll(red["rx"])
     s[Co].unroll(cy)
     s[Co].unroll(cx)
     s[Co].unroll(cvo)
@@ -180,6 +184,9 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     vectorize(s, Dp, dci, lanes)
     return s, [data, weight, out]
 
+
+_REDUCE_ORDERS = {"c-rs-ci": ("rc", "ry", "rx", "rci"), "c-ci-rs": ("rc", "rci", "ry", "rx"),
+                  "rs-c-ci": ("ry", "rx", "rc", "rci")}
 
 TEMPLATES = [Template("conv2d", "direct", ("cpu",), conv2d_direct, priority=20),
              Template("conv2d", "nchwc", ("cpu",), conv2d_nchwc, priority=10)]
