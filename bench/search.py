@@ -36,6 +36,7 @@ METHODS = {
     "genetic": ("random", "genetic"),
     "random": ("random", "random"),
 }
+FIRST_LAYER_ONLY = ("xgb-reg+annealing", "treegru+annealing")   # rank vs regression, and TreeGRU: on the first layer
 
 
 def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfer: bool = False,
@@ -82,16 +83,17 @@ def plot(curves: dict, path: str, title: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="48 trials, 2 seeds, C6 only, no transfer of C8/C9")
+    ap.add_argument("--quick", action="store_true", help="64 trials, 2 seeds, C6 only, no transfer of C8/C9")
     ap.add_argument("--trials", type=int, default=128)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--layers", default="resnet18.C6,resnet18.C2,resnet18.C9")
-    ap.add_argument("--template", default=None, help="tune the layers with this template (default: each op's)")
+    ap.add_argument("--template", default="nchwc",
+                    help="tune the layers with this template (nchwc: the large x86 conv2d space; '' = each op's default)")
     ap.add_argument("--parts", default="search,transfer,budget", help="which parts to run")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "search"))
     a = ap.parse_args()
     if a.quick:
-        a.trials, a.seeds, a.layers = 48, 2, "resnet18.C6"
+        a.trials, a.seeds, a.layers = 64, 2, "resnet18.C6"
     os.makedirs(a.out, exist_ok=True)
     times_path = os.path.join(a.out, "times.json")
     times = json.load(open(times_path)) if os.path.exists(times_path) else {}
@@ -101,10 +103,13 @@ def main() -> None:
     print(f"\nFigure 4/5: best GFLOPS found (median over {a.seeds} seeds) after "
           f"{', '.join(map(str, marks))} trials")
     parts = a.parts.split(",")
-    for layer in a.layers.split(",") if "search" in parts else []:
+    layers = a.layers.split(",")
+    for layer in layers if "search" in parts else []:
         curves = {}
         tag = f"{layer}-{a.template}" if a.template else layer
         for label, (model, explorer) in METHODS.items():
+            if label in FIRST_LAYER_ONLY and layer != layers[0]:
+                continue
             curves[label] = [run(db_for(a.out, tag, f"{label}-seed{s}"), layer, model, explorer, n, s, times=times,
                                  template=a.template) for s in range(a.seeds)]
             json.dump(times, open(times_path, "w"), indent=1)
@@ -132,25 +137,30 @@ def main() -> None:
 def transfer(a, n: int, times: dict) -> None:
     print("\nFigure 8: transfer learning (history: C1-C6 tuned with xgboost+annealing)")
     xgb = METHODS["xgb-rank+annealing"]
-    history = db_for(a.out, "transfer", "history-C1-C6")
+    tpl = a.template or None
+    root = os.path.join(a.out, f"transfer-{tpl}" if tpl else "transfer")
+    history = db_for(root, "history-C1-C6")
     for src in [f"resnet18.C{i}" for i in range(1, 7)]:
-        run(history, src, xgb[0], xgb[1], n // 2, 0, times=times)
+        run(history, src, xgb[0], xgb[1], n // 2, 0, times=times, template=tpl)
     for layer in ["resnet18.C7"] + ([] if a.quick else ["resnet18.C8", "resnet18.C9"]):
-        without = [run(db_for(a.out, "transfer", f"{layer}-alone-seed{s}"), layer, xgb[0], xgb[1], n, s,
-                       times=times) for s in range(a.seeds)]
+        without = [run(db_for(root, f"{layer}-alone-seed{s}"), layer, xgb[0], xgb[1], n, s,
+                       times=times, template=tpl) for s in range(a.seeds)]
         with_t = []
         for s in range(a.seeds):
-            db = db_for(a.out, "transfer", f"{layer}-from-C1-C6-seed{s}")
+            db = db_for(root, f"{layer}-from-C1-C6-seed{s}")
             if not os.path.exists(db):   # start from a copy of the history
                 shutil.copyfile(history, db)
-            with_t.append(run(db, layer, xgb[0], xgb[1], n, s, transfer=True, times=times))
+            with_t.append(run(db, layer, xgb[0], xgb[1], n, s, transfer=True, times=times, template=tpl))
         best = statistics.median(at(c, n) for c in without)
         reach = [trials_to_reach(c, best) for c in with_t]
-        print(f"  {layer}: without transfer best {best:.1f} GFLOPS in {n} trials; with transfer "
-              f"{statistics.median(at(c, n) for c in with_t):.1f}; trials to reach it with transfer: "
-              f"{', '.join('-' if r is None else str(r) for r in reach)}")
-        plot({"xgboost+annealing": without, "xgboost+annealing + transfer": with_t},
-             os.path.join(a.out, f"transfer_{layer}.png"), f"{layer}: transfer from C1-C6")
+        med = statistics.median_high([r if r is not None else float("inf") for r in reach])
+        print(f"  {layer}: without transfer best {best:.1f} GFLOPS in {n} trials (median of {a.seeds} seeds); "
+              f"with transfer {statistics.median(at(c, n) for c in with_t):.1f}; trials to reach it with transfer: "
+              f"{'never' if med == float('inf') else med} (per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
+        png = os.path.join(a.out, f"transfer_{layer}{'-' + tpl if tpl else ''}.png")
+        plot({"xgboost+annealing": without, "xgboost+annealing + transfer": with_t}, png,
+             f"{layer}: transfer from C1-C6")
+        print(f"  plot: {png}")
 
 
 def budget(a, times: dict) -> None:

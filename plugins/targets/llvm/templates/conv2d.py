@@ -18,7 +18,7 @@ from __future__ import annotations
 from tunekit import Template, ir, te
 from tunekit.ops.conv2d import out_size, pair
 
-from ._common import FlatPad, acc_range, balanced, cdiv, padded_splits, register_tile_rule, vectorize, zero
+from ._common import FlatPad, acc_range, balanced, cdiv, padded_splits, register_tile_rule, registers, vectorize, zero
 
 
 def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
@@ -97,7 +97,7 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     buffer, then unpacks them to NCHW."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
-    lanes, cores = device.lanes(dtype), device.cores
+    lanes = device.lanes(dtype)
     oc_c = padded_splits(K_out, [u * lanes for u in range(1, 5)], lanes)
     oh_c = padded_splits(OH, range(1, 9))
     ow_c = padded_splits(OW, range(1, 31))
@@ -109,14 +109,10 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     cfg.define_knob("reduce_order", list(_REDUCE_ORDERS) if R * S > 1 else ["c-rs-ci"])
     cfg.define_knob("unroll_rx", [False, True] if S > 1 else [False])
 
-    def parallel(oc, oh, at):
-        return N * oc[0] * (oh[0] if at == "root" else 1)
-    # the register tile (oh x ow pixels x ocb/lanes vectors of accumulators) must fit beside a
-    # row of weights and a broadcast; how large it should be is left to the search
-    cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * (c["tile_oc"][1] // lanes)
-                  <= acc_range(device, c["tile_oc"][1] // lanes)[1])
-    if N * K_out * OH * OW >= 16 << 10 and any(balanced(N * oc[0] * oh[0], cores) for oc in oc_c for oh in oh_c):
-        cfg.constrain(lambda c: balanced(parallel(c["tile_oc"], c["tile_oh"], c["weight_at"]), cores))
+    # no rules of thumb (register fit, balanced cores): what is fast is the search's to learn; the
+    # cap on the register tile (oh x ow pixels x ocb/lanes vectors: twice the register file) only
+    # bounds the size of the unrolled micro-kernel
+    cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * (c["tile_oc"][1] // lanes) <= 2 * registers(device))
 
     oco, ocb = cfg["tile_oc"]
     ico, icb = cfg["tile_ic"]
