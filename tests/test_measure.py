@@ -121,10 +121,10 @@ def test_slow_first_run_is_timed_once_under_a_cutoff():
             return [0.02] * settings.repeat
 
     task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
-    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=0.005))
+    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=0.005, quiet_ratio=0))
     assert out.error is None and out.costs == [0.02] and "cutoff" in out.message
     assert Slow.runs == [1]                      # one probe run, no full timing
-    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=None))
+    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=None, quiet_ratio=0))
     assert out.costs == [0.02] * 3 and Slow.runs == [1, 12]
 
 
@@ -144,11 +144,42 @@ def test_noisy_timings_are_redone_and_the_tightest_kept():
             return Noisy.sets.pop(0)
 
     task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
-    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=2))
+    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=2, quiet_ratio=0))
     assert out.costs == [1.0, 1.01, 1.02] and spread(out.costs) < 0.05
     Noisy.sets = [[1.0, 2.0, 1.0], [1.0, 1.3, 1.1], [1.0, 1.01, 1.02]]
-    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=1))
+    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=1, quiet_ratio=0))
     assert out.costs == [1.0, 1.3, 1.1]          # one retry: the tighter of the two sets
+
+
+def test_timings_on_a_busy_machine_wait_and_are_redone(monkeypatch):
+    from tunekit import _workers
+    from tunekit.measure import CheckSettings
+    from tunekit.targets import RunSettings
+
+    class Target:
+        produces_output = True
+        costs = [[2.0], [1.0]]     # slowed by other load, then quiet
+
+        def load(self, artifact):
+            return lambda a, b, c: c.__setitem__(..., a @ b)
+
+        def run(self, artifact, args, settings):
+            return Target.costs.pop(0)
+
+    # probe speeds: quiet before the first timing, busy right after it, busy, then quiet again
+    speeds = [1.0, 0.6, 0.5, 0.95, 0.97]
+    monkeypatch.setattr(_workers, "machine_speed", lambda: speeds.pop(0))
+    monkeypatch.setattr(_workers.time, "sleep", lambda s: None)
+    task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
+    out = _workers.execute(Target(), task, None, RunSettings(repeat=1), CheckSettings(quiet_ratio=0.85))
+    assert out.costs == [1.0] and out.message == "" and not speeds    # waited, re-timed on a quiet machine
+
+    # never quiet: timed anyway after the wait, and the trial says so
+    monkeypatch.setattr(_workers, "machine_speed", lambda: 0.5)
+    Target.costs = [[2.0], [2.1]]
+    out = _workers.execute(Target(), task, None, RunSettings(repeat=1),
+                           CheckSettings(quiet_ratio=0.85, quiet_wait_s=0, retries=1))
+    assert out.costs == [2.1] and "busy machine" in out.message and "50%" in out.message
 
 
 def test_a_script_without_a_main_guard_tunes(tmp_path):

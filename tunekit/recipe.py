@@ -222,6 +222,12 @@ class MeasureSection(Section):
     max_spread: float = Field(0.05, ge=0, description="Re-time a config while its repeats differ by more than "
                               "this fraction of their median (a noisy machine).")
     retries: int = Field(2, ge=0, description="At most this many re-timings per config; the tightest set is kept.")
+    quiet_ratio: float = Field(0.85, ge=0, le=1, description="Time a config only while a probe (a small BLAS "
+                               "matmul on every core) runs at this fraction of its best speed in the last minute, so that other load "
+                               "on a shared machine does not corrupt timings; re-time when the probe right after "
+                               "shows it was busy. 0 turns the probe off.")
+    quiet_wait_s: float = Field(10.0, ge=0, description="Longest wait for a quiet machine per config, in all, "
+                                "before timing anyway (the trial's message then says the machine was busy).")
     cutoff: float | None = Field(10.0, gt=1, description="A config whose first run is slower than this many "
                                  "times the task's best so far is timed by that run alone (None: time fully).")
     runner: Literal["local"] = Field("local", description="Where kernels run: \"local\" (this machine).")
@@ -334,12 +340,14 @@ class Recipe(Section):
         parallelism (measure.build_workers). Tasks count by op and canonical
         args, however they were written.
         """
-        data = self.to_dict()
+        # options left at their defaults are left out: an option added later keeps old runs' hashes
+        data = self.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
         data["tasks"] = [[t.op.name, t.args, t.template_name] for t in self.task_objects()]
         for key in (*BUDGETS, "seed"):
-            data["tuning"].pop(key, None)
-        data["measure"].pop("build_workers", None)
+            data.get("tuning", {}).pop(key, None)
+        data.get("measure", {}).pop("build_workers", None)
         data.pop("database", None)
+        data = {k: v for k, v in data.items() if v != {}}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
