@@ -35,12 +35,20 @@ def _child(fn, args, q):
 
 
 def in_process(fn, *args):
-    """Run fn(*args) in a fresh spawned process and return its result."""
+    """Run fn(*args) in a fresh spawned process and return its result
+    (RuntimeError if the process dies without one, e.g. a driver crash)."""
+    import queue
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(fn, args, q))
     p.start()
-    out = q.get()
+    while True:
+        try:
+            out = q.get(timeout=1.0)
+            break
+        except queue.Empty:
+            if not p.is_alive():
+                raise RuntimeError(f"{fn.__name__} died (exit code {p.exitcode})") from None
     p.join()
     return out
 
