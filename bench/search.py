@@ -90,6 +90,7 @@ def main() -> None:
     ap.add_argument("--template", default="nchwc",
                     help="tune the layers with this template (nchwc: the large x86 conv2d space; '' = each op's default)")
     ap.add_argument("--parts", default="search,transfer,budget", help="which parts to run")
+    ap.add_argument("--methods", default=",".join(METHODS), help="which search methods to run besides random search, the baseline (default: all)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "search"))
     a = ap.parse_args()
     if a.quick:
@@ -108,7 +109,7 @@ def main() -> None:
         curves = {}
         tag = f"{layer}-{a.template}" if a.template else layer
         for label, (model, explorer) in METHODS.items():
-            if label in FIRST_LAYER_ONLY and layer != layers[0]:
+            if label not in a.methods.split(",") + ["random"] or (label in FIRST_LAYER_ONLY and layer != layers[0]):
                 continue
             curves[label] = [run(db_for(a.out, tag, f"{label}-seed{s}"), layer, model, explorer, n, s, times=times,
                                  template=a.template) for s in range(a.seeds)]
