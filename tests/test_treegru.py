@@ -5,8 +5,8 @@ import random
 
 import numpy as np
 import pytest
-from tunekit_plugins.models import treegru as tg
 from tunekit_plugins.models.treegru import TreeGRUModel
+from tunekit_plugins.models.treegru import network as tg
 
 import tunekit
 from tunekit.testing import NULL_PLUGIN_NAME, NullTarget, null_plugin, simulated_trials

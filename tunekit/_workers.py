@@ -119,14 +119,18 @@ def machine_speed() -> float:
     return min(s for _, s in recent) / t
 
 
+def _speed(check: CheckSettings) -> float:
+    return machine_speed() if check.quiet_ratio else 1.0   # probing off: always quiet
+
+
 def wait_until_quiet(check: CheckSettings, deadline: float) -> float:
     """Other load on a shared machine comes and goes (cloud VMs were seen running at
     60% speed for seconds at a time): probe until the machine runs at `quiet_ratio`
     of its best speed, or until `deadline` (monotonic). Returns the last speed seen."""
-    speed = machine_speed()
+    speed = _speed(check)
     while speed < check.quiet_ratio and time.monotonic() < deadline:
         time.sleep(0.2)
-        speed = machine_speed()
+        speed = _speed(check)
     return speed
 
 
@@ -149,11 +153,11 @@ def execute(target, task, artifact, settings, check: CheckSettings) -> Outcome:
                 if first > check.cutoff_s:
                     return Outcome(costs=[float(first)], message=f"timed by one run: slower than the cutoff "
                                    f"{check.cutoff_s:.3g} s", seconds=time.perf_counter() - t0)
-            quiet, deadline = 1.0, time.monotonic() + check.quiet_wait_s
-            for _ in range(check.retries + 1 if check.quiet_ratio else 1):
-                before = wait_until_quiet(check, deadline) if check.quiet_ratio else 1.0
+            deadline = time.monotonic() + check.quiet_wait_s
+            for _ in range(check.retries + 1):
+                before = wait_until_quiet(check, deadline)
                 costs = target.run(artifact, arrays, settings)
-                quiet = min(before, machine_speed()) if check.quiet_ratio else 1.0
+                quiet = min(before, _speed(check))
                 if quiet >= check.quiet_ratio:   # quiet before and right after: kept
                     break
             busy = "" if quiet >= check.quiet_ratio else \

@@ -34,9 +34,8 @@ import tunekit
 from tunekit.errors import TunekitError
 
 from ..gbt_common import history_labels, labels
-from .network import Batch, Tree, TreeGRU, encode, input_dim, mse_loss, rank_loss, tree_of
+from .network import Batch, Tree, TreeGRU, input_dim, mse_loss, rank_loss, tree_of
 
-__all__ = ["Batch", "Tree", "TreeGRU", "TreeGRUModel", "encode", "input_dim", "mse_loss", "rank_loss", "tree_of"]
 _FORMAT = 1
 
 
