@@ -59,6 +59,23 @@ def test_good_template_measures_and_builds_from_history(tmp_path):
     with tunekit.apply_history_best(db):
         k = tunekit.build("matmul", SMALL)
     assert k.tuned and k.config.index == st.best.index
+    # the kernel runs on aligned arrays silently, and says once when it is given misaligned ones
+    import warnings
+
+    import numpy as np
+    a, b = (tunekit.empty((SMALL["M"], SMALL["K"])), tunekit.empty((SMALL["K"], SMALL["N"])))
+    a[...], b[...] = 1.0, 2.0
+    c = tunekit.empty((SMALL["M"], SMALL["N"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k(a, b, c)
+    assert np.allclose(c, a @ b)
+    shifted = np.empty(c.size + 4, np.float32)[1:][: c.size].reshape(c.shape)
+    with pytest.warns(UserWarning, match=r"arguments \[2\] are not 64-byte aligned.*tunekit.empty"):
+        k(a, b, shifted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k(a, b, shifted)    # once per kernel
 
 
 def test_kill_9_loses_nothing_and_resume_does_not_remeasure(tmp_path):
@@ -121,10 +138,10 @@ def test_slow_first_run_is_timed_once_under_a_cutoff():
             return [0.02] * settings.repeat
 
     task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
-    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=0.005, quiet_ratio=0))
+    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=0.005))
     assert out.error is None and out.costs == [0.02] and "cutoff" in out.message
     assert Slow.runs == [1]                      # one probe run, no full timing
-    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=None, quiet_ratio=0))
+    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=None))
     assert out.costs == [0.02] * 3 and Slow.runs == [1, 12]
 
 
@@ -144,42 +161,54 @@ def test_noisy_timings_are_redone_and_the_tightest_kept():
             return Noisy.sets.pop(0)
 
     task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
-    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=2, quiet_ratio=0))
+    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=2))
     assert out.costs == [1.0, 1.01, 1.02] and spread(out.costs) < 0.05
     Noisy.sets = [[1.0, 2.0, 1.0], [1.0, 1.3, 1.1], [1.0, 1.01, 1.02]]
-    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=1, quiet_ratio=0))
+    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=1))
     assert out.costs == [1.0, 1.3, 1.1]          # one retry: the tighter of the two sets
 
 
-def test_timings_on_a_busy_machine_wait_and_are_redone(monkeypatch):
+def test_kernels_are_timed_on_aligned_buffers_at_fixed_offsets():
+    """numpy aligns large arrays to 16 bytes; the runner times kernels on arrays
+    in one arena, each on a cache line, at the same page offsets in every process."""
     from tunekit import _workers
     from tunekit.measure import CheckSettings
+    from tunekit.memory import ALIGN
     from tunekit.targets import RunSettings
+
+    seen = []
 
     class Target:
         produces_output = True
-        costs = [[2.0], [1.0]]     # slowed by other load, then quiet
 
         def load(self, artifact):
             return lambda a, b, c: c.__setitem__(..., a @ b)
 
         def run(self, artifact, args, settings):
-            return Target.costs.pop(0)
+            seen.append([a.ctypes.data for a in args])
+            return [1.0]
 
-    # probe speeds: quiet before the first timing, busy right after it, busy, then quiet again
-    speeds = [1.0, 0.6, 0.5, 0.95, 0.97]
-    monkeypatch.setattr(_workers, "machine_speed", lambda: speeds.pop(0))
-    monkeypatch.setattr(_workers.time, "sleep", lambda s: None)
-    task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
-    out = _workers.execute(Target(), task, None, RunSettings(repeat=1), CheckSettings(quiet_ratio=0.85))
-    assert out.costs == [1.0] and out.message == "" and not speeds    # waited, re-timed on a quiet machine
+    task = tunekit.Task("matmul", dict(M=24, N=40, K=56))
+    for seed in (0, 1):   # two draws of the data: two arenas
+        out = _workers.execute(Target(), task, None, RunSettings(repeat=1), CheckSettings(seed=seed))
+        assert out.error is None and out.costs == [1.0]
+    for addrs in seen:
+        assert all(a % ALIGN == 0 for a in addrs)
+        assert addrs[0] % 4096 == 0
+    assert [a - seen[0][0] for a in seen[0]] == [a - seen[1][0] for a in seen[1]]
 
-    # never quiet: timed anyway after the wait, and the trial says so
-    monkeypatch.setattr(_workers, "machine_speed", lambda: 0.5)
-    Target.costs = [[2.0], [2.1]]
-    out = _workers.execute(Target(), task, None, RunSettings(repeat=1),
-                           CheckSettings(quiet_ratio=0.85, quiet_wait_s=0, retries=1))
-    assert out.costs == [2.1] and "busy machine" in out.message and "50%" in out.message
+
+def test_aligned_empty_and_arena():
+    import numpy as np
+
+    from tunekit.memory import arena, empty, misaligned
+    a = empty((3, 5), "float32", align=256)
+    assert a.shape == (3, 5) and a.dtype == np.float32 and a.ctypes.data % 256 == 0 and a.flags.c_contiguous
+    x, y = np.arange(7, dtype=np.float64), np.ones((2, 3), np.int32)
+    cx, cy = arena([x, y])
+    assert np.array_equal(cx, x) and np.array_equal(cy, y) and cy.dtype == np.int32
+    assert misaligned([cx, cy]) == [] and cy.ctypes.data - cx.ctypes.data == 64
+    assert misaligned([np.empty(100, np.uint8)[1:], 3]) == [0]
 
 
 def test_a_script_without_a_main_guard_tunes(tmp_path):

@@ -9,5 +9,6 @@ from .ops import Op, Template  # noqa: E402,F401
 from .targets import Artifact, DeviceInfo, RunSettings, Target  # noqa: E402,F401
 from .task import Task  # noqa: E402,F401
 from .dispatch import apply_history_best, build  # noqa: E402,F401
+from .memory import empty  # noqa: E402,F401
 from .recipe import Recipe, load_recipe  # noqa: E402,F401
 from .tuner import tune  # noqa: E402,F401

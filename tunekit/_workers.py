@@ -16,12 +16,14 @@ from contextlib import contextmanager
 import numpy as np
 
 from .measure import BUILD_ERROR, RUN_ERROR, WRONG_ANSWER, CheckSettings, Outcome, TaskSpec
+from .memory import arena
 from .targets import RunSettings
 
 _TARGETS: dict = {}
 _SPACES: dict = {}
 _DATA: dict = {}
 _TASKS: dict = {}
+_SETTLE_S = 0.0   # pause after computing a reference; the isolated runner sets it
 
 
 def make_target(spec: tuple[str, str]):
@@ -83,7 +85,8 @@ def timing_lock():
 
 
 def _data(task, check: CheckSettings):
-    """Inputs drawn from the seed and the numpy reference, cached per task."""
+    """The kernel's arrays (inputs drawn from the seed, then outputs) in one aligned
+    arena, and the numpy reference outputs; cached per task."""
     key = (task.key, check.seed)
     d = _DATA.get(key)
     if d is None:
@@ -92,55 +95,22 @@ def _data(task, check: CheckSettings):
         rng = np.random.default_rng([check.seed, int(task.key, 16) % (1 << 32)])
         inputs = task.op.random_inputs(task.args, rng)
         ref = task.op.reference(*inputs, **task.args)
-        time.sleep(0.05)  # let BLAS worker threads go idle before anything is timed
-        d = _DATA[key] = (inputs, ref)
+        outs = [np.empty(shape, dtype) for shape, dtype in task.op.output_shapes(task.args)]
+        # BLAS threads that ran the reference slowed kernels timed up to 0.5 s later (the
+        # scheduler still balances against their recent load): let that pass
+        time.sleep(_SETTLE_S)
+        d = _DATA[key] = (arena(inputs + outs), ref)
     return d
-
-
-_PROBE: dict = {"recent": []}   # the probe's operands; (when, seconds) of its recent runs
-_PROBE_WINDOW_S = 60.0   # "best speed" is the best of the last minute: a lasting slowdown (a lower clock) is the norm
-
-
-def machine_speed() -> float:
-    """Speed of the machine now, as a fraction of its best in the last minute: best of 3
-    runs of a fixed probe, a 384^3 float32 matmul on numpy's BLAS (every core)."""
-    if "a" not in _PROBE:
-        _PROBE["a"] = np.random.default_rng(0).random((384, 384), np.float32)
-        _PROBE["c"] = _PROBE["a"] @ _PROBE["a"]
-    a, c = _PROBE["a"], _PROBE["c"]
-    t = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        np.matmul(a, a, out=c)
-        t = min(t, time.perf_counter() - t0)
-    now = time.monotonic()
-    recent = [(w, s) for w, s in _PROBE["recent"] if now - w <= _PROBE_WINDOW_S] + [(now, t)]
-    _PROBE["recent"] = recent
-    return min(s for _, s in recent) / t
-
-
-def _speed(check: CheckSettings) -> float:
-    return machine_speed() if check.quiet_ratio else 1.0   # probing off: always quiet
-
-
-def wait_until_quiet(check: CheckSettings, deadline: float) -> float:
-    """Other load on a shared machine comes and goes (cloud VMs were seen running at
-    60% speed for seconds at a time): probe until the machine runs at `quiet_ratio`
-    of its best speed, or until `deadline` (monotonic). Returns the last speed seen."""
-    speed = _speed(check)
-    while speed < check.quiet_ratio and time.monotonic() < deadline:
-        time.sleep(0.2)
-        speed = _speed(check)
-    return speed
 
 
 def execute(target, task, artifact, settings, check: CheckSettings) -> Outcome:
     """Check one artifact's output against the reference, then time it."""
     t0 = time.perf_counter()
     try:
-        inputs, ref = _data(task, check)
-        outs = [np.full(shape, np.nan, dtype) for shape, dtype in task.op.output_shapes(task.args)]
-        arrays = inputs + outs
+        arrays, ref = _data(task, check)
+        outs = arrays[len(arrays) - len(task.op.output_shapes(task.args)):]
+        for o in outs:   # NaN marks what the kernel never writes
+            o[...] = np.nan if o.dtype.kind in "fc" else 0
         with timing_lock():
             if check.check and getattr(target, "produces_output", True):
                 target.load(artifact)(*arrays)
@@ -153,22 +123,14 @@ def execute(target, task, artifact, settings, check: CheckSettings) -> Outcome:
                 if first > check.cutoff_s:
                     return Outcome(costs=[float(first)], message=f"timed by one run: slower than the cutoff "
                                    f"{check.cutoff_s:.3g} s", seconds=time.perf_counter() - t0)
-            deadline = time.monotonic() + check.quiet_wait_s
-            for _ in range(check.retries + 1):
-                before = wait_until_quiet(check, deadline)
-                costs = target.run(artifact, arrays, settings)
-                quiet = min(before, _speed(check))
-                if quiet >= check.quiet_ratio:   # quiet before and right after: kept
-                    break
-            busy = "" if quiet >= check.quiet_ratio else \
-                f"timed on a busy machine (it ran at {quiet:.0%} of its best speed)"
+            costs = target.run(artifact, arrays, settings)
             # a noisy machine: re-time while the repeats disagree, keep the tightest set
             for _ in range(check.retries if len(costs) > 1 else 0):
                 if spread(costs) <= check.max_spread:
                     break
                 again = target.run(artifact, arrays, settings)
                 costs = min(costs, again, key=spread)
-        return Outcome(costs=[float(c) for c in costs], message=busy, seconds=time.perf_counter() - t0)
+        return Outcome(costs=[float(c) for c in costs], seconds=time.perf_counter() - t0)
     except Exception as e:
         tb = traceback.format_exc(limit=-2)
         return Outcome(error=RUN_ERROR, message=f"{type(e).__name__}: {e}\n{tb}", seconds=time.perf_counter() - t0)
@@ -200,7 +162,9 @@ def _mismatch(task, outs, ref, check: CheckSettings) -> str:
 
 def runner_main(conn, modules: dict[str, str]) -> None:
     """The isolated runner: serve ("run", target_spec, task_spec, artifact, settings, check) requests."""
+    global _SETTLE_S
     init_worker(None, modules)
+    _SETTLE_S = 0.5
     while True:
         try:
             msg = conn.recv()

@@ -73,9 +73,7 @@ class CheckSettings:
     `cutoff_s`: a kernel whose first (checked) run is slower than this is timed by
     that run alone — it is far from the best, and full timing would cost seconds.
     Timings whose repeats spread more than `max_spread` are redone up to `retries`
-    times, keeping the tightest set; so are timings taken while a probe saw the
-    machine below `quiet_ratio` of its best speed of the last minute (other load),
-    after waiting for it to pass (at most `quiet_wait_s` per config in all)."""
+    times, keeping the tightest set."""
     check: bool = True
     rtol: float | None = None
     atol: float | None = None
@@ -83,8 +81,6 @@ class CheckSettings:
     cutoff_s: float | None = None
     max_spread: float = 0.05   #: re-time while (max - min) / median of the repeats exceeds this
     retries: int = 2
-    quiet_ratio: float = 0.85  #: time only while the machine runs at this fraction of its best speed (0: off)
-    quiet_wait_s: float = 10.0  #: longest wait for that, per config
 
 
 class Measurer:
@@ -98,8 +94,7 @@ class Measurer:
         self.target, self.opt = target, options
         self.settings = options.run_settings()
         self.check = CheckSettings(options.check, options.rtol, options.atol, seed,
-                                   max_spread=options.max_spread, retries=options.retries,
-                                   quiet_ratio=options.quiet_ratio, quiet_wait_s=options.quiet_wait_s)
+                                   max_spread=options.max_spread, retries=options.retries)
         self.spec = target.spec()
         self.inline = not _spawnable(target)
         self._pool = None

@@ -222,12 +222,6 @@ class MeasureSection(Section):
     max_spread: float = Field(0.05, ge=0, description="Re-time a config while its repeats differ by more than "
                               "this fraction of their median (a noisy machine).")
     retries: int = Field(2, ge=0, description="At most this many re-timings per config; the tightest set is kept.")
-    quiet_ratio: float = Field(0.85, ge=0, le=1, description="Time a config only while a probe (a small BLAS "
-                               "matmul on every core) runs at this fraction of its best speed in the last minute, "
-                               "so that other load on a shared machine does not corrupt timings; re-time when the "
-                               "probe right after shows it was busy. 0 turns the probe off.")
-    quiet_wait_s: float = Field(10.0, ge=0, description="Longest wait for a quiet machine per config, in all, "
-                                "before timing anyway (the trial's message then says the machine was busy).")
     cutoff: float | None = Field(10.0, gt=1, description="A config whose first run is slower than this many "
                                  "times the task's best so far is timed by that run alone (None: time fully).")
     runner: Literal["local"] = Field("local", description="Where kernels run: \"local\" (this machine).")
