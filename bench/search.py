@@ -36,8 +36,6 @@ METHODS = {
     "genetic": ("random", "genetic"),
     "random": ("random", "random"),
 }
-# small batches: 15 model updates in 64 trials (AutoTVM's 64-config batches would give none)
-BATCH = 4
 FIRST_LAYER_ONLY = ("xgb-reg+annealing", "treegru+annealing")   # rank vs regression, and TreeGRU: on the first layer
 
 
@@ -50,7 +48,7 @@ def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfe
     t0 = time.monotonic()
     task = {"workload": workload, "template": template} if template else workload
     st = tune([task], target="x86", model=model, explorer=explorer, trials=trials, seed=seed,
-              database=db, tuning={"transfer": transfer, "batch_size": BATCH})[0]
+              database=db, tuning={"transfer": transfer, "batch_size": 8})[0]
     if times is not None and st.done and st.measure_s:   # a resumed, finished run measures nothing
         times[f"{workload}|{json.dumps(model)}|{_name(explorer)}|{trials}|{seed}|{transfer}"] = {
             "wall_s": time.monotonic() - t0, "tuner_s": st.fit_s + st.propose_s, "measure_s": st.measure_s}

@@ -35,11 +35,8 @@ class AnnealingExplorer(tunekit.Explorer):
         restarts: int = Field(8, ge=0, description="Chains moved to the best measured configs at each proposal.")
         top_multiple: float = Field(2.0, ge=1, description="Lambda of Eq. 3: the batch of n is picked from the "
                                                            "top lambda*n candidates.")
-        diversity: float = Field(0.5, ge=0, description="Alpha of Eq. 3: weight of each newly covered knob value "
-                                                        "against normalized scores in [0, 1]; 0 = plain top-n. "
-                                                        "0.5 reached random search's 64-trial best in 18-25 trials "
-                                                        "on resnet18 C2/C6/C9 (20 seeds, batches of 4, xgboost "
-                                                        "rank), against 26-34 with 0.2.")
+        diversity: float = Field(0.2, ge=0, description="Alpha of Eq. 3: weight of each newly covered knob value "
+                                                        "against normalized scores in [0, 1]; 0 = plain top-n.")
 
     def start(self, space, model, rng) -> None:
         super().start(space, model, rng)
