@@ -47,6 +47,22 @@ def register_tile_rule(device, acc, knob_values: list[list]):
     return fits
 
 
+def constrain_tiles(cfg, device, lanes: int, rows: str, vecs: str, par: str, candidates: dict, n: int,
+                    work: int) -> None:
+    """Keep the configs whose register tile, `rows`' inner size times `vecs`' inner
+    size in vectors, passes `register_tile_rule`; and, on `work` of 16K outputs or
+    more, whose parallel loop (`n` times `par`'s outer size) is `balanced` on the
+    cores, when some candidate of `par` can be. `candidates` maps each of the three
+    split knobs to its (outer, inner) candidates."""
+    def acc(r, v):
+        u = cdiv(v[1], lanes)
+        return r[1] * u, acc_range(device, u)[1]
+    fits = register_tile_rule(device, acc, [candidates[rows], candidates[vecs]])
+    cfg.constrain(lambda c: fits(c[rows], c[vecs]))
+    if work >= 16 << 10 and any(balanced(n * p[0], device.cores) for p in candidates[par]):
+        cfg.constrain(lambda c: balanced(n * c[par][0], device.cores))
+
+
 def balanced(extent: int, cores: int) -> bool:
     """A parallel loop of `extent` iterations keeps `cores` cores busy (within 25%)."""
     if extent < cores:

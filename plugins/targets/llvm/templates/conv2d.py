@@ -18,7 +18,7 @@ from __future__ import annotations
 from tunekit import Template, ir, te
 from tunekit.ops.conv2d import out_size, pair
 
-from ._common import FlatPad, acc_range, balanced, cdiv, padded_splits, register_tile_rule, registers, vectorize, zero
+from ._common import FlatPad, cdiv, constrain_tiles, padded_splits, registers, vectorize, zero
 
 
 def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
@@ -31,7 +31,7 @@ def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dil
     ow >= OW of each row are computed on padding and dropped by the unpack."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
-    lanes, cores = device.lanes(dtype), device.cores
+    lanes = device.lanes(dtype)
     P = (OH - 1) * cdiv(W + 2 * pw, sw) + OW     # pixels (at the flat layout's pitch) up to the last one kept
     oc_c = padded_splits(K_out, range(1, 17))
     p_c = padded_splits(P, [u * lanes for u in range(1, 9)], lanes)
@@ -40,13 +40,8 @@ def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dil
     # input channel blocks outside the pixel tiles keep a block's rows in cache (accumulating in memory)
     cfg.define_split("tile_rc", C, num_outputs=2, filter=lambda v: v[1] >= min(C, 32))
 
-    def acc(oc, p):
-        u = cdiv(p[1], lanes)
-        return oc[1] * u, acc_range(device, u)[1]
-    fits = register_tile_rule(device, acc, [oc_c, p_c])
-    cfg.constrain(lambda c: fits(c["tile_oc"], c["tile_p"]))
-    if N * K_out * OH * OW >= 16 << 10 and any(balanced(N * oc[0], cores) for oc in oc_c):
-        cfg.constrain(lambda c: balanced(N * c["tile_oc"][0], cores))
+    constrain_tiles(cfg, device, lanes, "tile_oc", "tile_p", "tile_oc", {"tile_oc": oc_c, "tile_p": p_c},
+                    N, N * K_out * OH * OW)
 
     oco, ocr = cfg["tile_oc"]
     pt, pv = cfg["tile_p"]

@@ -11,14 +11,14 @@ from __future__ import annotations
 from tunekit import Template, te
 from tunekit.ops.conv2d import out_size, pair
 
-from ._common import FlatPad, acc_range, balanced, cdiv, padded_splits, register_tile_rule, vectorize
+from ._common import FlatPad, cdiv, constrain_tiles, padded_splits, vectorize
 
 
 def depthwise_conv2d_rows(cfg, device, N, C, H, W, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
     """depthwise_conv2d (NCHW data, [C, 1, R, S] weights), vectorized along output rows."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
-    lanes, cores = device.lanes(dtype), device.cores
+    lanes = device.lanes(dtype)
     c_c = [(cdiv(C, b), b) for b in range(1, min(C, 64) + 1) if C % b == 0 or b == C]
     oh_c = padded_splits(OH, range(1, 17))
     # a row tile is whole vectors (or one short one): no masked access to the accumulators
@@ -28,13 +28,8 @@ def depthwise_conv2d_rows(cfg, device, N, C, H, W, R, S, stride=1, padding=0, di
     cfg.define_split("tile_ow", OW, num_outputs=2, policy="candidates", candidates=ow_c)
     cfg.define_knob("pad_at", ["root", "channel"])   # pad all channels first, or each where it is used
 
-    def acc(oh, ow):
-        u = cdiv(ow[1], lanes)
-        return oh[1] * u, acc_range(device, u)[1]
-    fits = register_tile_rule(device, acc, [oh_c, ow_c])
-    cfg.constrain(lambda c: fits(c["tile_oh"], c["tile_ow"]))
-    if N * C * OH * OW >= 16 << 10 and any(balanced(N * c[0], cores) for c in c_c):
-        cfg.constrain(lambda c: balanced(N * c["tile_c"][0], cores))
+    constrain_tiles(cfg, device, lanes, "tile_oh", "tile_ow", "tile_c",
+                    {"tile_oh": oh_c, "tile_ow": ow_c, "tile_c": c_c}, N, N * C * OH * OW)
 
     oho, ohr = cfg["tile_oh"]
     owo, owr = cfg["tile_ow"]
