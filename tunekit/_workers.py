@@ -23,7 +23,7 @@ _TARGETS: dict = {}
 _SPACES: dict = {}
 _DATA: dict = {}
 _TASKS: dict = {}
-_SETTLE_S = 0.0   # warm-up of the first kernel timed on new data; the isolated runner sets it
+_RUNNER_WARMUP_S = 0.5   # the isolated runner's warm-up of the first kernel timed on new data
 
 
 def make_target(spec: tuple[str, str]):
@@ -86,27 +86,28 @@ def timing_lock():
 
 def _data(task, check: CheckSettings):
     """The kernel's arrays (inputs drawn from the seed, then outputs) in one aligned
-    arena, and the numpy reference outputs; cached per task."""
+    arena, its outputs among them, and the numpy reference outputs; cached per task.
+    Returns (arrays, outputs, reference, whether they were made just now)."""
     key = (task.key, check.seed)
     d = _DATA.get(key)
-    if d is None:
-        if len(_DATA) > 4:
-            _DATA.clear()
-        rng = np.random.default_rng([check.seed, int(task.key, 16) % (1 << 32)])
-        inputs = task.op.random_inputs(task.args, rng)
-        ref = task.op.reference(*inputs, **task.args)
-        outs = [np.empty(shape, dtype) for shape, dtype in task.op.output_shapes(task.args)]
-        d = _DATA[key] = (arena(inputs + outs), ref)
-    return d
+    if d is not None:
+        return (*d, False)
+    if len(_DATA) > 4:
+        _DATA.clear()
+    rng = np.random.default_rng([check.seed, int(task.key, 16) % (1 << 32)])
+    inputs = task.op.random_inputs(task.args, rng)
+    ref = task.op.reference(*inputs, **task.args)
+    arrays = arena(inputs + [np.empty(shape, dtype) for shape, dtype in task.op.output_shapes(task.args)])
+    d = _DATA[key] = (arrays, arrays[len(inputs):], ref)
+    return (*d, True)
 
 
-def execute(target, task, artifact, settings, check: CheckSettings) -> Outcome:
-    """Check one artifact's output against the reference, then time it."""
+def execute(target, task, artifact, settings, check: CheckSettings, warmup_s: float = 0.0) -> Outcome:
+    """Check one artifact's output against the reference, then time it (after running
+    it for `warmup_s` seconds when it is the first kernel timed on new data)."""
     t0 = time.perf_counter()
     try:
-        fresh = (task.key, check.seed) not in _DATA
-        arrays, ref = _data(task, check)
-        outs = arrays[len(arrays) - len(task.op.output_shapes(task.args)):]
+        arrays, outs, ref, fresh = _data(task, check)
         for o in outs:   # NaN marks what the kernel never writes
             o[...] = np.nan if o.dtype.kind in "fc" else 0
         with timing_lock():
@@ -121,11 +122,11 @@ def execute(target, task, artifact, settings, check: CheckSettings) -> Outcome:
                 if first > check.cutoff_s:
                     return Outcome(costs=[float(first)], message=f"timed by one run: slower than the cutoff "
                                    f"{check.cutoff_s:.3g} s", seconds=time.perf_counter() - t0)
-            if fresh and _SETTLE_S:
+            if fresh and warmup_s:
                 # the BLAS threads that computed the reference slowed kernels timed up to 0.5 s
                 # later (the scheduler still balances against their recent load), and so did
                 # idle cores' clocks: run the kernel until that has passed
-                fn, until = target.load(artifact), time.monotonic() + _SETTLE_S
+                fn, until = target.load(artifact), time.monotonic() + warmup_s
                 while time.monotonic() < until:
                     fn(*arrays)
             costs = target.run(artifact, arrays, settings)
@@ -167,9 +168,7 @@ def _mismatch(task, outs, ref, check: CheckSettings) -> str:
 
 def runner_main(conn, modules: dict[str, str]) -> None:
     """The isolated runner: serve ("run", target_spec, task_spec, artifact, settings, check) requests."""
-    global _SETTLE_S
     init_worker(None, modules)
-    _SETTLE_S = 0.5
     while True:
         try:
             msg = conn.recv()
@@ -180,7 +179,7 @@ def runner_main(conn, modules: dict[str, str]) -> None:
         _, target_spec, task_spec, artifact, settings, check = msg
         try:
             task = _TASKS.get(task_spec) or _TASKS.setdefault(task_spec, task_spec.task())
-            out = execute(make_target(target_spec), task, artifact, settings, check)
+            out = execute(make_target(target_spec), task, artifact, settings, check, _RUNNER_WARMUP_S)
         except Exception as e:
             out = Outcome(error=RUN_ERROR, message=f"{type(e).__name__}: {e}")
         conn.send(out)
