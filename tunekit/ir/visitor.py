@@ -6,8 +6,11 @@ from dataclasses import fields, replace
 from .nodes import Buffer, Expr, Stmt, Var, Seq
 
 
+_NODE = (Expr, Stmt)
+
+
 def _is_node(x) -> bool:
-    return isinstance(x, (Expr, Stmt))
+    return isinstance(x, _NODE)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -26,19 +29,27 @@ def children(node) -> list:
     out = []
     for name in _field_names(node):
         v = getattr(node, name)
-        if _is_node(v):
+        if isinstance(v, _NODE):
             out.append(v)
         elif isinstance(v, (list, tuple)):
-            out.extend(x for x in v if _is_node(x))
+            out.extend(x for x in v if isinstance(x, _NODE))
     return out
 
 
 def _method(obj, node):
-    for cls in type(node).__mro__:
-        m = getattr(obj, "visit_" + cls.__name__, None)
-        if m is not None:
-            return m
-    return obj.generic_visit
+    # lowering visits ~10^5 nodes per program: look each (visitor class, node class)
+    # pair up once, in a table kept on the visitor class itself
+    cls = type(obj)
+    table = cls.__dict__.get("_dispatch")
+    if table is None:
+        table = {}
+        setattr(cls, "_dispatch", table)
+    name = table.get(type(node))
+    if name is None:
+        name = next((f"visit_{c.__name__}" for c in type(node).__mro__
+                     if hasattr(cls, f"visit_{c.__name__}")), "generic_visit")
+        table[type(node)] = name
+    return getattr(obj, name)
 
 
 class Visitor:
@@ -122,12 +133,18 @@ def replace_buffers(node, mapping: dict[Buffer, Buffer]):
     return _BufferSubst(mapping).visit(node)
 
 
+class _FreeVars(Visitor):
+    def __init__(self):
+        self.out: set[Var] = set()
+
+    def visit_Var(self, v):
+        self.out.add(v)
+
+
 def free_vars(node) -> set[Var]:
     """Return the variables an expression or statement reads."""
-    out: set[Var] = set()
-
-    class V(Visitor):
-        def visit_Var(self, v):
-            out.add(v)
-    V().visit(node)
-    return out
+    if isinstance(node, Var):
+        return {node}
+    v = _FreeVars()
+    v.visit(node)
+    return v.out
