@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from .nodes import Buffer, Expr, Stmt, Var, Seq
+from .nodes import BinOp, Buffer, Const, Expr, Stmt, Var, Seq, binop
 
 
 _NODE = (Expr, Stmt)
@@ -36,20 +36,19 @@ def children(node) -> list:
     return out
 
 
-def _method(obj, node):
+def _method(cls, node_type):
     # lowering visits ~10^5 nodes per program: look each (visitor class, node class)
     # pair up once, in a table kept on the visitor class itself
-    cls = type(obj)
     table = cls.__dict__.get("_dispatch")
     if table is None:
         table = {}
         setattr(cls, "_dispatch", table)
-    name = table.get(type(node))
-    if name is None:
-        name = next((f"visit_{c.__name__}" for c in type(node).__mro__
-                     if hasattr(cls, f"visit_{c.__name__}")), "generic_visit")
-        table[type(node)] = name
-    return getattr(obj, name)
+    fn = table.get(node_type)
+    if fn is None:
+        fn = next((getattr(cls, f"visit_{c.__name__}") for c in node_type.__mro__
+                   if hasattr(cls, f"visit_{c.__name__}")), cls.generic_visit)
+        table[node_type] = fn
+    return fn
 
 
 class Visitor:
@@ -58,9 +57,16 @@ class Visitor:
     `self.generic_visit(node)` inside it to keep descending."""
 
     def visit(self, node):
-        return _method(self, node)(node)
+        return _method(type(self), type(node))(self, node)
 
     def generic_visit(self, node):
+        t = type(node)
+        if t is BinOp:   # most nodes are these three: skip the field walk
+            self.visit(node.a)
+            self.visit(node.b)
+            return
+        if t is Var or t is Const:
+            return
         for c in children(node):
             self.visit(c)
 
@@ -70,9 +76,15 @@ class Mutator:
     Unchanged subtrees are shared, not copied."""
 
     def visit(self, node):
-        return _method(self, node)(node)
+        return _method(type(self), type(node))(self, node)
 
     def generic_visit(self, node):
+        t = type(node)
+        if t is BinOp:   # most nodes are these three: skip the field walk
+            a, b = self.visit(node.a), self.visit(node.b)
+            return node if a is node.a and b is node.b else binop(node.op, a, b)
+        if t is Var or t is Const:
+            return node
         changes = {}
         for name in _field_names(node):
             v = getattr(node, name)

@@ -24,15 +24,23 @@ class Term:
         return hash(self.key)
 
 
+class _AllVars:
+    """The `fixed` of `affine` that holds every variable (so none need collecting)."""
+
+
+ALL = _AllVars()
+
+
 def affine(e: ir.Expr, fixed: set | None = None) -> dict | None:
     """Return {var: coef, None: const} for an affine integer expression, else None.
-    With `fixed`, a non-affine part reading only fixed vars becomes a `Term`."""
+    With `fixed`, a non-affine part reading only fixed vars becomes a `Term`
+    (with `fixed=ALL`, every non-affine part does)."""
     if isinstance(e, ir.Const):
         return {None: int(e.value)}
     if isinstance(e, ir.Var):
         return {e: 1, None: 0}
     if fixed is not None and not (isinstance(e, ir.BinOp) and e.op in ("+", "-", "*")):
-        return {Term(e): 1, None: 0} if ir.free_vars(e) <= fixed else None
+        return {Term(e): 1, None: 0} if fixed is ALL or ir.free_vars(e) <= fixed else None
     if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
         a, b = affine(e.a, fixed), affine(e.b, fixed)
         if a is None or b is None:
@@ -144,7 +152,7 @@ class _DivMod(ir.Mutator):
                 or not isinstance(node.b, ir.Const) or node.b.value <= 0):
             return node
         c = int(node.b.value)
-        form = affine(node.a, ir.free_vars(node.a))
+        form = affine(node.a, ALL)
         if form is None:
             return node
         const = form.get(None, 0)

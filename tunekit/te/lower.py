@@ -47,16 +47,7 @@ class _Lowering:
 
     # -- analysis -------------------------------------------------------------
     def _expand_inline(self, expr):
-        inline = self.inline
-
-        class M(ir.Mutator):
-            def visit_TensorLoad(self_, node):
-                node = self_.generic_visit(node)
-                op = node.tensor.op
-                if op in inline:
-                    return self_.visit(ir.substitute(op.body, dict(zip(op.axis, node.indices))))
-                return node
-        return M().visit(expr)
+        return _Inline(self.inline).visit(expr)
 
     def _fixed_vars(self, stage: Stage, iv) -> list:
         """Loop vars bound outside and at `iv` of `stage` (including its own parents)."""
@@ -150,14 +141,8 @@ class _Lowering:
         return _flat(indices, buf.shape, self.ext)
 
     def _translate(self, expr, vals) -> ir.Expr:
-        low = self
-
-        class M(ir.Mutator):
-            def visit_TensorLoad(self_, node):
-                idx = [self_.visit(i) for i in node.indices]
-                return ir.Load(low.buffers[node.tensor], low._load(node.tensor, idx))
         # conditions (padding masks) index like loads: simplify their div/mod too
-        return bound.simplify(M().visit(ir.substitute(expr, vals)), self.ext)
+        return bound.simplify(_Loads(self).visit(ir.substitute(expr, vals)), self.ext)
 
     def nest(self, s: Stage, tags: dict) -> ir.Stmt:
         op, out = s.op, s.op.output
@@ -253,31 +238,56 @@ class _Lowering:
 
 def _simplify(e: ir.Expr) -> ir.Expr:
     """Canonical affine form, non-affine parts kept as terms (so `x % 5 - x % 5` cancels)."""
-    form = bound.affine(e, ir.free_vars(e))
+    form = bound.affine(e, bound.ALL)
     return e if form is None else bound.to_expr(form)
 
 
-def _tensors_read(expr) -> set:
-    out = set()
+class _Inline(ir.Mutator):
+    """Replace reads of inlined tensors by their bodies."""
 
-    class V(ir.Visitor):
-        def visit_TensorLoad(self, node):
-            out.add(node.tensor)
-            self.generic_visit(node)
-    V().visit(expr)
-    return out
+    def __init__(self, inline: set):
+        self.inline = inline
+
+    def visit_TensorLoad(self, node):
+        node = self.generic_visit(node)
+        op = node.tensor.op
+        if op in self.inline:
+            return self.visit(ir.substitute(op.body, dict(zip(op.axis, node.indices))))
+        return node
+
+
+class _Loads(ir.Mutator):
+    """Turn tensor reads into loads of their buffers at flat indices."""
+
+    def __init__(self, low: _Lowering):
+        self.low = low
+
+    def visit_TensorLoad(self, node):
+        idx = [self.visit(i) for i in node.indices]
+        return ir.Load(self.low.buffers[node.tensor], self.low._load(node.tensor, idx))
+
+
+class _Reads(ir.Visitor):
+    """Collect the tensor reads of an expression."""
+
+    def __init__(self):
+        self.loads = []
+
+    def visit_TensorLoad(self, node):
+        self.loads.append(node)
+        self.generic_visit(node)
+
+
+def _tensors_read(expr) -> set:
+    v = _Reads()
+    v.visit(expr)
+    return {n.tensor for n in v.loads}
 
 
 def _loads_of(expr, t) -> list:
-    out = []
-
-    class V(ir.Visitor):
-        def visit_TensorLoad(self, node):
-            if node.tensor is t:
-                out.append(node)
-            self.generic_visit(node)
-    V().visit(expr)
-    return out
+    v = _Reads()
+    v.visit(expr)
+    return [n for n in v.loads if n.tensor is t]
 
 
 def _union(ranges):
