@@ -2,7 +2,8 @@
 
     python bench/search.py [--quick] [--trials N] [--seeds S] [--layers resnet18.C6,...]
 
-For each layer and seed it tunes with: xgboost+annealing (rank loss),
+For each layer and seed it tunes with: xgboost+annealing (rank loss; on knob
+features, and on relation features with a shorter walk),
 xgboost+annealing (regression), lightgbm+annealing (rank), TreeGRU+annealing,
 genetic, and random search; then transfer: a model trained on C1-C6 history tuning C7 (and C8, C9)
 against the same without history. Every run is a tunekit run in
@@ -30,6 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = {
     "xgb-rank+annealing": ({"name": "xgboost", "objective": "rank"}, "annealing"),
     "xgb-reg+annealing": ({"name": "xgboost", "objective": "regression"}, "annealing"),
+    # program (relation) features: each candidate is lowered, so a shorter walk keeps proposals fast
+    "xgb-rank-relation+annealing": ({"name": "xgboost", "objective": "rank", "features": "relation"},
+                                    {"name": "annealing", "n_chains": 32, "steps": 8}),
     "lgbm-rank+annealing": ({"name": "lightgbm", "objective": "rank"}, "annealing"),
     # TreeGRU reads each candidate's lowered program: fewer annealing steps keep proposals fast
     "treegru+annealing": ("treegru", {"name": "annealing", "n_chains": 32, "steps": 4}),
