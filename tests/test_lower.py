@@ -116,3 +116,37 @@ def test_packed_layout_indices_simplify_and_region_shrinks():
     text = str(p)
     assert "Bp = alloc(float32, [1, 32, 16]" in text      # one panel per column tile
     assert "//" not in text and "%" not in text           # (16*jo + ji) // 16 -> jo
+
+
+def test_visitor_dispatch_follows_each_class_and_node_mro():
+    """Visitors look their methods up once per (visitor class, node class); a subclass
+    that overrides a method, or a node type seen first by the base, still dispatches right."""
+    from tunekit import ir
+    x, y = ir.Var("x"), ir.Var("y")
+    e = (x + y) * 2
+
+    class Names(ir.Visitor):
+        def __init__(self):
+            self.seen = []
+
+        def visit_Expr(self, node):
+            self.seen.append(type(node).__name__)
+            self.generic_visit(node)
+
+    class Ops(Names):
+        def visit_BinOp(self, node):
+            self.seen.append(node.op)
+            self.generic_visit(node)
+
+    for _ in range(2):   # the second pass runs from the tables filled by the first
+        base, sub = Names(), Ops()
+        base.visit(e)
+        sub.visit(e)
+        assert base.seen == ["BinOp", "BinOp", "Var", "Var", "Const"]
+        assert sub.seen == ["*", "+", "Var", "Var", "Const"]
+
+    class Swap(ir.Mutator):
+        def visit_Var(self, v):
+            return y if v is x else x
+    assert ir.expr_str(Swap().visit(e)) == ir.expr_str((y + x) * 2)
+    assert ir.free_vars(e) == {x, y} and ir.free_vars(x) == {x}

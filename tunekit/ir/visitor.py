@@ -9,10 +9,6 @@ from .nodes import BinOp, Buffer, Const, Expr, Stmt, Var, Seq, binop
 _NODE = (Expr, Stmt)
 
 
-def _is_node(x) -> bool:
-    return isinstance(x, _NODE)
-
-
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -88,12 +84,12 @@ class Mutator:
         changes = {}
         for name in _field_names(node):
             v = getattr(node, name)
-            if _is_node(v):
+            if isinstance(v, _NODE):
                 nv = self.visit(v)
                 if nv is not v:
                     changes[name] = nv
-            elif isinstance(v, (list, tuple)) and any(_is_node(x) for x in v):
-                nv = [self.visit(x) if _is_node(x) else x for x in v]
+            elif isinstance(v, (list, tuple)) and any(isinstance(x, _NODE) for x in v):
+                nv = [self.visit(x) if isinstance(x, _NODE) else x for x in v]
                 if any(a is not b for a, b in zip(nv, v)):
                     changes[name] = type(v)(nv)
         if not changes:
