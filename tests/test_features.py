@@ -137,3 +137,32 @@ def test_flatten_values_of_a_tiny_program():
     np.testing.assert_allclose(f[1, :9], [3, 1, 0, 0, 1, 0, 0, 5, 3])
     np.testing.assert_allclose(f[0, 9:], [7, 5, 0, math.log2(33), 5, 5, 2, 0, 7, 5, 0, math.log2(33)], rtol=1e-6)
     np.testing.assert_allclose(f[1, 9:], [5, 3, 0, math.log2(5)] * 3, rtol=1e-6)
+
+
+def test_feature_matrix_batches_each_task_through_its_extractor(null_target_plugin):
+    """`tunekit.feature_matrix` gives the same rows as the candidates' own vectors, and
+    hands each task's uncached program-feature configs to its extractor in one call."""
+    a, b = _task_space(16, 16, 16), _task_space(32, 16, 16)
+    calls = []
+
+    def extractor(ts, indices, kind):
+        calls.append((ts, list(indices), kind))
+        return [features.extract(ts, i, kind) for i in indices]
+    a.extractor = b.extractor = extractor
+    ia, ib = _valid(a)[:20], _valid(b)[:5]
+    cands = a.candidates(ia) + b.candidates(ib) + a.candidates(ia[:3])   # repeats are extracted once
+    x = tunekit.feature_matrix(cands, "relation")
+    assert [(ts, kind) for ts, _, kind in calls] == [(a, "relation")]   # b: too few to send out
+    assert calls[0][1] == ia
+    fresh = _task_space(16, 16, 16), _task_space(32, 16, 16)
+    want = [features.extract(fresh[0], i, "relation") for i in ia] + \
+           [features.extract(fresh[1], i, "relation") for i in ib] + \
+           [features.extract(fresh[0], i, "relation") for i in ia[:3]]
+    np.testing.assert_array_equal(x, np.stack(want))
+    tunekit.feature_matrix(a.candidates(ia), "relation")          # all cached now: no call
+    tunekit.feature_matrix(a.candidates(_valid(a)[:40]), "knob")  # knob features need no lowering
+    assert len(calls) == 1
+    knob = tunekit.feature_matrix(a.candidates(ia[:2]), "knob", width=3)
+    assert knob.shape == (2, 3) and knob.dtype == np.float32
+    wide = tunekit.feature_matrix(a.candidates(ia[:2]), "knob", width=len(a.features(ia[0])) + 2)
+    assert (wide[:, -2:] == 0).all()

@@ -221,3 +221,26 @@ print("ERRORS", st.errors, "DONE", st.done)
 """)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert "ERRORS 0 DONE 4" in out.stdout, out.stderr[-2000:]
+
+
+def test_build_workers_extract_program_features_in_parallel():
+    """The tuner's build workers lower configs for program features: the same vectors
+    as in this process, in chunks across the workers; once closed, it extracts here."""
+    import numpy as np
+
+    from tunekit import features
+    from tunekit.measure import Measurer
+    from tunekit.recipe import Recipe
+    recipe = Recipe.from_dict({"target": "x86", "tasks": [{"op": "matmul", "args": SMALL}],
+                               "measure": {"build_workers": 2}}, source="test")
+    ts = recipe.task_objects()[0].bind(recipe.target.create())
+    indices = ts.space.sample(__import__("random").Random(0), 24)
+    m = Measurer(ts.target, recipe.measure)
+    try:
+        got = m.extract(ts, indices, "relation")
+        assert m._pool is not None and len(m._pool._processes) == 2
+    finally:
+        m.close()
+    want = [features.extract(ts, i, "relation") for i in indices]
+    assert all(np.array_equal(a, b) for a, b in zip(got, want)) and len(got) == len(indices)
+    assert len(m.extract(ts, indices[:3], "relation")) == 3 and m._pool is None   # closed: no new workers

@@ -135,3 +135,22 @@ def test_tuner_time_is_recorded_per_batch(tmp_path, null):
     assert [b[0] for b in st.batches] == [4, 4, 4]
     assert all(p >= 0 and m >= 0 and f >= 0 for _, p, m, f in st.batches)
     assert abs(sum(b[3] for b in st.batches) - st.fit_s) < 1e-9 and 0 < st.tuner_share < 1
+
+
+def test_program_features_go_through_the_measurers_extractor(tmp_path, null, monkeypatch):
+    """While tuning, a model on program features gets them from the measurer's
+    extractor (the build workers, for targets they can rebuild), in batches."""
+    pytest.importorskip("xgboost")
+    from tunekit.measure import Measurer
+    batches = []
+    real = Measurer.extract
+
+    def spy(self, ts, indices, kind):
+        batches.append((len(indices), kind))
+        return real(self, ts, indices, kind)
+    monkeypatch.setattr(Measurer, "extract", spy)
+    st = tunekit.tune([task(32, 32, 32)], target="null", trials=12, database=str(tmp_path / "t.db"),
+                      model={"name": "xgboost", "features": "relation"},
+                      explorer={"name": "annealing", "n_chains": 48, "steps": 2}, tuning={"batch_size": 4})[0]
+    assert st.done == 12
+    assert batches and all(kind == "relation" and n >= 16 for n, kind in batches)

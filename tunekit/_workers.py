@@ -72,6 +72,12 @@ def build(target_spec, task_spec: TaskSpec, index: int, ts=None) -> Outcome:
         return Outcome(error=BUILD_ERROR, message=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
 
 
+def features(target_spec, task_spec: TaskSpec, indices: list[int], kind: str) -> list[np.ndarray]:
+    """Feature vectors of kind `kind` of configs `indices` (in a worker)."""
+    ts = task_space(target_spec, task_spec)
+    return [ts.features(i, kind) for i in indices]
+
+
 @contextmanager
 def timing_lock():
     """Machine-wide: one tunekit process times kernels at a time."""

@@ -99,6 +99,7 @@ class Measurer:
         self.inline = not _spawnable(target)
         self._pool = None
         self._runner = None
+        self._closed = False
 
     # -- building -------------------------------------------------------------
     def _workers(self) -> int:
@@ -146,6 +147,25 @@ class Measurer:
         if len(done) < len(futs) or any(f.exception() for f in done):
             self._kill_pool()
         return out
+
+    def extract(self, ts, indices: list[int], kind: str) -> list:
+        """Feature vectors of kind `kind` of configs `indices`, extracted by the build
+        workers in parallel (lowering dominates); in this process if a worker fails
+        or the measurer is closed."""
+        from ._workers import features
+        if self.inline or self._closed:
+            return [ts.features(i, kind) for i in indices]
+        spec = TaskSpec.of(ts.task)
+        n = -(-len(indices) // self._workers())
+        chunks = [indices[k:k + n] for k in range(0, len(indices), n)]
+        try:
+            with _main_not_reimported():
+                pool = self._get_pool()
+                futs = [pool.submit(features, self.spec, spec, c, kind) for c in chunks]
+            return [f for fut in futs for f in fut.result()]
+        except Exception:   # a broken pool or a config that fails to lower: the error shows here
+            self._kill_pool()
+            return [ts.features(i, kind) for i in indices]
 
     # -- running --------------------------------------------------------------
     def _get_runner(self):
@@ -212,6 +232,7 @@ class Measurer:
         return trials
 
     def close(self) -> None:
+        self._closed = True
         self._kill_pool()
         if self._runner is not None:
             proc, conn = self._runner

@@ -16,9 +16,10 @@ class Candidate:
     """A config as a cost model sees it: its values, its lowered program and its
     feature vectors (computed on first use, then cached by the task)."""
 
-    def __init__(self, index: int, config: ConfigEntity, program: Callable, features: Callable):
+    def __init__(self, index: int, config: ConfigEntity, program: Callable, features: Callable,
+                 prefetch: Callable | None = None):
         self.index, self.config = index, config
-        self._program, self._features = program, features
+        self._program, self._features, self._prefetch = program, features, prefetch
 
     @property
     def program(self):
@@ -28,6 +29,36 @@ class Candidate:
     def features(self, kind: str = "knob") -> np.ndarray:
         """The feature vector of kind `kind` ("knob", "flatten", "relation", ...)."""
         return self._features(self.index, kind)
+
+
+def feature_matrix(candidates, kind: str = "knob", width: int | None = None) -> np.ndarray:
+    """Return the feature vectors of kind `kind` of `candidates`, one row each.
+
+    The vectors a task has not cached yet are extracted in one batch per task,
+    across the tuner's build workers while it tunes (program features lower
+    every config). Prefer it to calling `Candidate.features` in a loop.
+
+    Args:
+        candidates: Candidates, of one task or several.
+        kind: the feature kind ("knob", "flatten", "relation", "curve").
+        width: pad with zeros or truncate every row to this length (default: the longest vector).
+    Returns:
+        float32 array of shape (len(candidates), width).
+    """
+    candidates = list(candidates)
+    batches: dict = {}
+    for c in candidates:
+        if c._prefetch is not None:
+            batches.setdefault(c._prefetch, []).append(c.index)
+    for prefetch, indices in batches.items():
+        prefetch(indices, kind)
+    vectors = [c.features(kind) for c in candidates]
+    width = max((len(v) for v in vectors), default=0) if width is None else width
+    out = np.zeros((len(vectors), width), np.float32)
+    for i, v in enumerate(vectors):
+        n = min(width, len(v))
+        out[i, :n] = v[:n]
+    return out
 
 
 class CostModel(Component):

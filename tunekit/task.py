@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Callable
 
 import numpy as np
 
@@ -11,6 +12,8 @@ from .features import extract
 from .models import Candidate
 from .errors import TunekitError
 from .space import ConfigEntity, ConfigSpace
+
+_PARALLEL_MIN = 16   # fewer configs to lower than this: extract them here, not in workers
 
 
 class Task:
@@ -74,6 +77,8 @@ class TaskSpace:
         self.measured: set[int] = set()
         self._programs: dict[int, object] = {}
         self._features: dict[tuple[int, str], np.ndarray] = {}
+        #: (task space, indices, kind) -> their feature vectors, computed elsewhere (the tuner's workers)
+        self.extractor: Callable | None = None
 
     @cached_property
     def space(self) -> ConfigSpace:
@@ -107,6 +112,15 @@ class TaskSpace:
             f = self._features[key] = extract(self, index, kind)
         return f
 
+    def prefetch(self, indices, kind: str) -> None:
+        """Compute the feature vectors of `indices` not cached yet: through `extractor`
+        when one is set and they need lowering (enough of them to pay for the trip)."""
+        missing = [i for i in dict.fromkeys(indices) if (i, kind) not in self._features]
+        if self.extractor is None or kind == "knob" or len(missing) < _PARALLEL_MIN:
+            return
+        for i, f in zip(missing, self.extractor(self, missing, kind)):
+            self._features[(i, kind)] = f
+
     def candidates(self, indices) -> list[Candidate]:
         """Candidates for the cost model (features computed on demand)."""
-        return [Candidate(i, self.space.get(i), self.program, self.features) for i in indices]
+        return [Candidate(i, self.space.get(i), self.program, self.features, self.prefetch) for i in indices]

@@ -97,15 +97,17 @@ class Tuner:
         hook = plugins().pm.hook.tunekit_trial_measured
         t_end = time.monotonic() + r.tuning.time_budget_s if r.tuning.time_budget_s else None
         states = [self._state(db, t) for t in r.task_objects()]
-        if r.tuning.transfer:
-            self._transfer(db, states)
-        for st in states:
-            if st.trials:
-                st.model.fit(st.trials)
-            st.explorer.start(st.ts, st.model, st.rng)
         # `trials` is a mean: the scheduler may give a task up to twice that
         total, cap = r.tuning.trials * len(states), 2 * r.tuning.trials
         try:
+            for st in states:
+                st.ts.extractor = measurer.extract   # program features are lowered by the build workers
+            if r.tuning.transfer:
+                self._transfer(db, states, measurer.extract)
+            for st in states:
+                if st.trials:
+                    st.model.fit(st.trials)
+                st.explorer.start(st.ts, st.model, st.rng)
             if self.progress:
                 self.progress.start(states, r.tuning.trials)
             while sum(s.done for s in states) < total:
@@ -147,7 +149,7 @@ class Tuner:
             return max(recent, 0.5 * s.best.cost / max(1, s.done))
         return max(live, key=gain)
 
-    def _transfer(self, db: Database, states: list[TaskState]) -> None:
+    def _transfer(self, db: Database, states: list[TaskState], extractor) -> None:
         """Train each task's global model on the history of other workloads (Eq. 4)."""
         from .task import Task
         key = states[0].key
@@ -159,6 +161,7 @@ class Tuner:
             if k not in spaces:
                 try:
                     spaces[k] = Task(op, args, template=template).bind(self.target)
+                    spaces[k].extractor = extractor
                 except TunekitError:
                     spaces[k] = None   # its op or template is no longer installed
             if spaces[k] is not None:

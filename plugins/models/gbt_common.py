@@ -141,16 +141,6 @@ def labels(trials) -> np.ndarray:
     return y
 
 
-def stack(vectors: list[np.ndarray], width: int | None = None) -> np.ndarray:
-    """Rows of `vectors`, zero-padded or truncated to `width` (default: the longest)."""
-    width = max((len(v) for v in vectors), default=0) if width is None else width
-    out = np.zeros((len(vectors), width), np.float32)
-    for i, v in enumerate(vectors):
-        n = min(width, len(v))
-        out[i, :n] = v[:n]
-    return out
-
-
 def _ei_factor(z: np.ndarray) -> np.ndarray:
     """phi(z) + z * Phi(z) (expected improvement / std), positive and without
     cancellation in the lower tail (asymptotic series below z = -6)."""
@@ -167,7 +157,7 @@ class _Fitted:
         self.kind, self.width, self.members = kind, width, members   # members: [(booster, rounds)]
 
     def x(self, candidates) -> np.ndarray:
-        return stack([c.features(self.kind) for c in candidates], self.width)
+        return tunekit.feature_matrix(candidates, self.kind, self.width)
 
 
 class GBTModel(tunekit.CostModel):
@@ -237,7 +227,7 @@ class GBTModel(tunekit.CostModel):
             return
         self.best_y = float(y.max())
         cands = [t.candidate for t in trials]
-        x = stack([c.features(self.options.features) for c in cands])
+        x = tunekit.feature_matrix(cands, self.options.features)
         margin = self._global_margin(cands)
         rng = np.random.default_rng([self.options.seed, len(trials)])
         self._local = _Fitted(self.options.features, x.shape[1],
@@ -256,7 +246,7 @@ class GBTModel(tunekit.CostModel):
             return
         order = np.argsort(gid, kind="stable")   # grouped rows, as ranking backends need
         kind = self.options.transfer_features
-        x = stack([records[i].candidate.features(kind) for i in order])
+        x = tunekit.feature_matrix([records[i].candidate for i in order], kind)
         self._global = _Fitted(kind, x.shape[1], self._fit(x, y[order], gid[order], None, rng))
 
     def _global_margin(self, candidates) -> np.ndarray | None:
