@@ -33,7 +33,7 @@ METHODS = {
     "xgb-reg+annealing": ({"name": "xgboost", "objective": "regression"}, "annealing"),
     # program (relation) features: each candidate is lowered, so a shorter walk keeps proposals fast
     "xgb-rank-relation+annealing": ({"name": "xgboost", "objective": "rank", "features": "relation"},
-                                    {"name": "annealing", "n_chains": 32, "steps": 8}),
+                                    {"name": "annealing", "n_chains": 64, "steps": 8}),
     "lgbm-rank+annealing": ({"name": "lightgbm", "objective": "rank"}, "annealing"),
     # TreeGRU reads each candidate's lowered program: fewer annealing steps keep proposals fast
     "treegru+annealing": ("treegru", {"name": "annealing", "n_chains": 32, "steps": 4}),

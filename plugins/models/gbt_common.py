@@ -31,9 +31,10 @@ class GBTOptions(tunekit.Options):
     features: FeatureKind = Field(
         "knob", description="Feature kind the local model reads: knob (config values, cheapest, no lowering), "
                             "flatten (per-loop context vectors), relation or curve (context relation features). "
-                            "Program features lower every candidate (about 8 ms each), so pair them with a short "
-                            "annealing walk (n_chains=32, steps=8); in the large nchwc conv2d spaces relation "
-                            "features found random search's best in fewer trials than knob (bench/search.py).")
+                            "Program features lower every candidate (a few ms each, shared by the tuner's build "
+                            "workers), so pair them with a shorter annealing walk (n_chains=64, steps=8); in the "
+                            "large nchwc conv2d spaces relation features found random search's best in fewer "
+                            "trials than knob (bench/search.py).")
     transfer_features: FeatureKind = Field(
         "relation", description="Feature kind of the global model trained by fit_history (transfer, Eq. 4); "
                                 "relation/curve have one length for every task, others are zero-padded.")
