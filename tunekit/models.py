@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 class Candidate:
     """A config as a cost model sees it: its values, its lowered program and its
-    feature vectors (computed on first use, then cached by the task)."""
+    feature vectors (computed on first use, then cached by the task). Read the
+    vectors of many candidates at once with `tunekit.feature_matrix`."""
 
     def __init__(self, index: int, config: ConfigEntity, program: Callable, features: Callable,
                  prefetch: Callable | None = None):
