@@ -42,7 +42,8 @@ import numpy as np
 from . import ir
 from .errors import TunekitError
 
-KINDS = ("knob", "flatten", "relation", "curve")
+PROGRAM_KINDS = ("flatten", "relation", "curve")   # the kinds read from the lowered program
+KINDS = ("knob", *PROGRAM_KINDS)
 ANNOTATIONS = (ir.SERIAL, ir.PARALLEL, ir.VECTORIZED, ir.UNROLLED, ir.THREAD)
 
 #: relation features: buffer slots, thresholds (log2) on touched bytes and on sub-nest iterations

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import te
 from ._registry import registry
-from .features import extract
+from .features import PROGRAM_KINDS, extract
 from .models import Candidate
 from .errors import TunekitError
 from .space import ConfigEntity, ConfigSpace
@@ -115,8 +115,10 @@ class TaskSpace:
     def prefetch(self, indices, kind: str) -> None:
         """Compute the feature vectors of `indices` not cached yet: through `extractor`
         when one is set and they need lowering (enough of them to pay for the trip)."""
+        if self.extractor is None or kind not in PROGRAM_KINDS:
+            return
         missing = [i for i in dict.fromkeys(indices) if (i, kind) not in self._features]
-        if self.extractor is None or kind == "knob" or len(missing) < _PARALLEL_MIN:
+        if len(missing) < _PARALLEL_MIN:
             return
         for i, f in zip(missing, self.extractor(self, missing, kind)):
             self._features[(i, kind)] = f
