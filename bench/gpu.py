@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import in_process, machine_report  # noqa: E402
+from common import in_process, machine_report
 
 TASKS = ["matmul-1024", "matmul-4096"] + [f"resnet18.C{i}" for i in range(1, 13)]
 

@@ -13,7 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import alternate, machine_report, time_fn  # noqa: E402
+from common import alternate, machine_report, time_fn
 
 N = 1024
 FLOPS = 2 * N ** 3

@@ -22,7 +22,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import alternate, in_process, machine_report, time_fn  # noqa: E402
+from common import alternate, in_process, machine_report, time_fn
 
 N = 512
 FLOPS = 2 * N ** 3

@@ -12,7 +12,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import machine_report  # noqa: E402
+from common import machine_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

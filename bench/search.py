@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import machine_report  # noqa: E402
+from common import machine_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = {

@@ -5,14 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
+from fakes import FakeGpu, FakeModel, FakeTarget  # noqa: F401
 
 import tunekit
 from tunekit._registry import registry
 from tunekit.errors import RecipeError
 from tunekit.recipe import ComponentSpec, Recipe, load_recipe
 from tunekit.recipe_schema import json_schema
-
-from fakes import FakeGpu, FakeModel, FakeTarget  # noqa: F401
 
 RECIPES = Path(__file__).parent / "recipes"
 

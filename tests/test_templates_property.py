@@ -4,8 +4,8 @@ reference; config indices of huge spaces round-trip."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
-from pydantic import ValidationError
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from tunekit import DeviceInfo, te
 from tunekit._registry import registry

@@ -178,7 +178,7 @@ def plugins(args: argparse.Namespace) -> int:
         for name, entry in table.items():
             try:
                 why = entry.obj.available()
-            except Exception as e:  # noqa: BLE001 -- report a plugin bug, keep listing
+            except Exception as e:  # report a plugin bug, keep listing
                 why = f"available() raised {type(e).__name__}: {e}"
             rows.append([kind, name, entry.plugin, entry.version, "ok" if why is None else why])
     out = _console()
@@ -194,10 +194,6 @@ def plugins(args: argparse.Namespace) -> int:
     out.print()
     out.print(f"ops: {len(reg.ops)}  workloads: {len(reg.workloads)}  templates: {len(reg.templates)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 @command("tune", arg("recipe", help="recipe file (.toml, .yaml, .yml or .json)"),
@@ -291,3 +287,7 @@ def report(args: argparse.Namespace) -> int:
     if args.png:
         print(f"plot: {args.png}")
     return 0
+
+
+if __name__ == "__main__":   # last: every subcommand above is registered by now
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """The CostModel contract: predict which configs run fast (the paper's f-hat)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 

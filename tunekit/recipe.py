@@ -30,12 +30,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .recipe_errors import check_keys, error, message, path
 from ._registry import registry
 from .component import Component, Options
 from .errors import RecipeError
 from .explorers import Explorer
 from .models import CostModel
+from .recipe_errors import check_keys, error, message, path
 from .targets import RunSettings, Target
 from .task import Task
 
@@ -76,7 +76,7 @@ class ComponentSpec:
         """Return None when the component is usable here, else why not."""
         try:
             return self.cls.available()
-        except Exception as e:  # noqa: BLE001 -- a plugin bug must not hide the rest of the recipe
+        except Exception as e:  # a plugin bug must not hide the rest of the recipe
             return f"available() raised {type(e).__name__}: {e}"
 
     def to_dict(self) -> dict:

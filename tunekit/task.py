@@ -1,16 +1,16 @@
 """A tuning task: one op with concrete arguments, on one target, through one template."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
-from typing import Callable
 
 import numpy as np
 
 from . import te
 from ._registry import registry
+from .errors import TunekitError
 from .features import PROGRAM_KINDS, extract
 from .models import Candidate
-from .errors import TunekitError
 from .space import ConfigEntity, ConfigSpace
 
 _PARALLEL_MIN = 16   # fewer configs to lower than this: extract them here, not in workers

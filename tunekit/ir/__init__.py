@@ -1,5 +1,5 @@
 """The loop IR (part of the plugin contract; see `VERSION`)."""
-from .nodes import *  # noqa: F401,F403
+from .nodes import *  # noqa: F403
 from .nodes import VERSION  # noqa: F401
 from .printer import expr_str, program_str, stmt_str  # noqa: F401
 from .visitor import Mutator, Visitor, children, free_vars, replace_buffers, substitute  # noqa: F401

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from .nodes import BinOp, Buffer, Const, Expr, Stmt, Var, Seq, binop
-
+from .nodes import BinOp, Buffer, Const, Expr, Seq, Stmt, Var, binop
 
 _NODE = (Expr, Stmt)
 
@@ -38,7 +37,7 @@ def _method(cls, node_type):
     table = cls.__dict__.get("_dispatch")
     if table is None:
         table = {}
-        setattr(cls, "_dispatch", table)
+        cls._dispatch = table
     fn = table.get(node_type)
     if fn is None:
         fn = next((getattr(cls, f"visit_{c.__name__}") for c in node_type.__mro__

@@ -127,12 +127,12 @@ def _reduce(combiner: str, expr, axis) -> Reduce:
     return Reduce(combiner, expr, axes, expr.dtype)
 
 
-def sum(expr, axis) -> Reduce:  # noqa: A001 - mirrors the math it names
+def sum(expr, axis) -> Reduce:
     """Sum `expr` over reduction axis (or axes) `axis`."""
     return _reduce("sum", expr, axis)
 
 
-def max(expr, axis) -> Reduce:  # noqa: A001
+def max(expr, axis) -> Reduce:
     """Maximum of `expr` over reduction axis (or axes) `axis`."""
     return _reduce("max", expr, axis)
 

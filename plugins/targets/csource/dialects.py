@@ -167,4 +167,4 @@ mix namespace new operator __private private read_only register restrict return 
 size_t sizeof sqrt sqrtf static struct switch tanh tanhf template this threadIdx true typedef typename uchar
 uint ulong union unsigned ushort using vload16 vload2 vload4 vload8 void volatile vstore16 vstore2 vstore4
 vstore8 warpSize while write_only
-""".split())  # noqa: SIM905
+""".split())

@@ -40,7 +40,7 @@ def _driver() -> tuple[object, str | None]:
         cuda.init()
         if cuda.Device.count() == 0:
             return None, "no CUDA device"
-    except Exception as e:  # noqa: BLE001 -- pycuda raises its own RuntimeError subclasses without a driver
+    except Exception as e:  # pycuda raises its own RuntimeError subclasses without a driver
         return None, f"no CUDA device (the CUDA driver failed: {e})"
     return cuda, None
 
