@@ -69,7 +69,7 @@ def main() -> None:
     trials = 64 if a.quick else a.trials
     os.makedirs(os.path.dirname(a.db), exist_ok=True)
     print(machine_report())
-    from tunekit._registry import registry
+    from tunekit import registry
     from tunekit.progress import TuneProgress
     from tunekit.recipe import Recipe
     from tunekit.tuner import Tuner

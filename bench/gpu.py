@@ -36,7 +36,7 @@ def tunekit_side(name: str, db: str) -> list[float]:
     import numpy as np
 
     import tunekit
-    from tunekit._registry import registry
+    from tunekit import registry
     from tunekit.dispatch import best_index
     spec = task_spec(name)
     task = tunekit.Task(spec.get("op"), spec.get("args"), workload=spec.get("workload"))
@@ -82,7 +82,8 @@ def baseline_side(name: str, which: str) -> list[float]:
         import cupy
         if task.op.name != "matmul":
             return []
-        x, w = cupy.random.rand(a["M"], a["K"], dtype=cupy.float32), cupy.random.rand(a["K"], a["N"], dtype=cupy.float32)
+        x = cupy.random.rand(a["M"], a["K"], dtype=cupy.float32)
+        w = cupy.random.rand(a["K"], a["N"], dtype=cupy.float32)
         out = cupy.empty((a["M"], a["N"]), cupy.float32)
         fn = lambda: cupy.matmul(x, w, out=out)
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -132,7 +133,7 @@ def main() -> None:
     os.makedirs(os.path.dirname(a.db), exist_ok=True)
     print(machine_report())
 
-    from tunekit._registry import registry
+    from tunekit import registry
     from tunekit.progress import TuneProgress
     from tunekit.recipe import Recipe
     from tunekit.tuner import Tuner

@@ -125,7 +125,7 @@ def tunekit_side(n, db, device):
     import numpy as np
 
     import tunekit
-    from tunekit._registry import registry
+    from tunekit import registry
     from tunekit.dispatch import best_index
     cls = registry().component("target", "opencl")
     target = cls(cls.Options(device=device))
@@ -142,7 +142,7 @@ def tunekit_side(n, db, device):
 
 
 def pick(kind: str, wanted: str, fallback: str) -> str:
-    from tunekit._registry import registry
+    from tunekit import registry
     comps = registry().components[kind]
     ok = wanted in comps and comps[wanted].obj.available() is None
     if not ok:

@@ -92,9 +92,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--layers", default="resnet18.C6,resnet18.C2,resnet18.C9")
     ap.add_argument("--template", default="nchwc",
-                    help="tune the layers with this template (nchwc: the large x86 conv2d space; '' = each op's default)")
+                    help="tune the layers with this template "
+                         "(nchwc: the large x86 conv2d space; '' = each op's default)")
     ap.add_argument("--parts", default="search,transfer,budget", help="which parts to run")
-    ap.add_argument("--methods", default=",".join(METHODS), help="which search methods to run besides random search, the baseline (default: all)")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="which search methods to run besides random search, the baseline (default: all)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "search"))
     a = ap.parse_args()
     if a.quick:
@@ -161,7 +163,8 @@ def transfer(a, n: int, times: dict) -> None:
         med = statistics.median_high([r if r is not None else float("inf") for r in reach])
         print(f"  {layer}: without transfer best {best:.1f} GFLOPS in {n} trials (median of {a.seeds} seeds); "
               f"with transfer {statistics.median(at(c, n) for c in with_t):.1f}; trials to reach it with transfer: "
-              f"{'never' if med == float('inf') else med} (per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
+              f"{'never' if med == float('inf') else med} "
+              f"(per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
         png = os.path.join(a.out, f"transfer_{layer}{'-' + tpl if tpl else ''}.png")
         plot({"xgboost+annealing": without, "xgboost+annealing + transfer": with_t}, png,
              f"{layer}: transfer from C1-C6")

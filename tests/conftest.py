@@ -79,6 +79,6 @@ def fake(monkeypatch):
     from fakes import FAKE
     monkeypatch.setenv("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
     tunekit._plugins.reload()
-    tunekit._plugins.register(FAKE, "fake")
+    tunekit.register_plugin(FAKE, "fake")
     yield FAKE
     tunekit._plugins.reload()  # the env var is restored after this, so the next use autoloads again

@@ -1,17 +1,20 @@
 """The `tunekit` command line: validate, schema, plugins, error display."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from fakes import _template
+from rich.console import Console
 
 import tunekit
-from tunekit import _plugins, cli
-from tunekit._registry import registry
+from tunekit import _plugins, cli, registry
+from tunekit.database import Database
 from tunekit.errors import TunekitError
+from tunekit.progress import TuneProgress, summary_table
 
 ROOT = Path(__file__).parent.parent
 RECIPES = Path(__file__).parent / "recipes"
@@ -21,6 +24,25 @@ def run(capsys, *argv):
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def narrow(monkeypatch) -> io.StringIO:
+    """Make the commands print to an 80-column console; returns what it writes to."""
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "_console", lambda stream=None: Console(file=buf, width=80, highlight=False))
+    return buf
+
+
+def fits_80(text: str) -> bool:
+    return all(len(line) <= 80 for line in text.splitlines())
+
+
+def squeezed(text: str) -> str:
+    """`text` without whitespace: a wrapped line still contains the squeezed original."""
+    return "".join(text.split())
+
+
+NULL_TASKS = [{"op": "matmul", "args": {"M": M, "N": 16, "K": 16}, "template": "null-matmul"} for M in (16, 64)]
 
 
 def test_validate_ok_prints_a_summary(fake, capsys):
@@ -107,10 +129,65 @@ def test_plugins_lists_components_broken_plugins_and_counts(fake, capsys):
     assert "cost model fake-model fake ok" in lines
     assert "explorer fake-explorer fake ok" in lines
     assert "gone tunekit-gone 1.2 ImportError: nope" in lines
+    assert "templates" in lines and "op template targets priority plugin" in lines
+    assert "matmul direct cpu 0 fake" in lines and "matmul packed cpu 0 fake" in lines
     assert sum("tunekit_explorers() raised ImportError: no module named 'foo'" in x for x in lines) == 1
     reg = registry()
     counts = f"ops: {len(reg.ops)} workloads: {len(reg.workloads)} templates: {len(reg.templates)}"
     assert counts in lines and len(reg.templates) >= 1 and "fake.mm" in reg.workloads
+
+
+def test_tune_summary_and_best_fit_80_columns(null_target_plugin, monkeypatch, capsys, tmp_path):
+    db = str(tmp_path / "t.db")
+    recipe = tmp_path / "null.json"
+    recipe.write_text(json.dumps({"target": "null", "model": "random", "explorer": "random", "tasks": NULL_TASKS,
+                                  "tuning": {"trials": 8, "batch_size": 4}, "database": {"path": db}}))
+    buf = narrow(monkeypatch)
+    assert cli.main(["tune", str(recipe)]) == 0
+    summary = buf.getvalue()
+    d = Database(db)
+    rows = d.best()
+    d.close()
+    assert len(rows) == 2 and fits_80(summary)
+    assert summary.splitlines()[2].split() == ["┃", "task", "┃", "trials", "┃", "GFLOPS", "┃", "best", "ms", "┃",
+                                               "err", "┃", "tuner", "┃", "stopped", "┃"]
+    for r in rows:  # the config in full under the table
+        assert squeezed(f"{r['name']}: #{r['index']} {json.dumps(r['config'])}") in squeezed(summary)
+
+    buf = narrow(monkeypatch)
+    assert cli.main(["best", db]) == 0
+    out = buf.getvalue()
+    assert fits_80(out) and "best config" not in out
+    assert out.splitlines()[0].split() == ["workload", "target", "device", "GFLOPS", "ms", "trials", "errors"]
+    for r in rows:
+        assert squeezed(f"{r['name']}: #{r['index']} {json.dumps(r['config'])}") in squeezed(out)
+
+    monkeypatch.undo()  # the plain console: 200 columns when not a terminal
+    code, out, _ = run(capsys, "best", db, "--wide")
+    assert code == 0 and out.splitlines()[0].split()[-2:] == ["best", "config"]
+    for r in rows:  # the config in a column of the workload's row
+        assert any(line.startswith(r["name"]) and f"#{r['index']} {json.dumps(r['config'])}" in line
+                   for line in out.splitlines())
+
+
+def test_progress_line_fits_80_columns(null_target_plugin, tmp_path):
+    states = tunekit.tune(NULL_TASKS, target="null", trials=8, database=str(tmp_path / "t.db"),
+                          tuning={"batch_size": 4})
+    console = Console(file=io.StringIO(), width=80)
+    progress = TuneProgress(console)
+    progress.start(states, 8)
+    for st in states:
+        progress.update(st)
+    progress.stop()
+    lines = console.file.getvalue().splitlines()
+    assert len(lines) == 2 and fits_80("\n".join(lines))
+    for st, line in zip(states, lines):  # nothing cut short by an ellipsis
+        assert line.startswith(st.ts.task.name[:24]) and "…" not in line
+        assert line.endswith(f"best {st.best_gflops:6.1f} GFLOPS err {st.errors} tuner {st.tuner_share:3.0%}")
+
+    console = Console(file=io.StringIO(), width=80)
+    console.print(summary_table(states))
+    assert fits_80(console.file.getvalue())
 
 
 def test_errors_show_without_traceback_unless_debug(monkeypatch, capsys):

@@ -17,7 +17,7 @@ from tunekit_plugins.targets.llvm.cpu import ArmCpuTarget, X86Target
 from tunekit_plugins.targets.llvm.templates import TEMPLATES
 
 import tunekit
-from tunekit._registry import registry
+from tunekit import registry
 from tunekit.ir import interp
 
 ON_X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -31,11 +31,13 @@ SHAPES = {
     "conv2d": [{"N": 1, "C": 3, "H": 7, "W": 10, "K_out": 5, "R": 3, "S": 3, "padding": 1},
                {"N": 2, "C": 6, "H": 13, "W": 9, "K_out": 20, "R": 3, "S": 2, "stride": 2, "padding": (1, 0)},
                {"N": 1, "C": 5, "H": 10, "W": 11, "K_out": 33, "R": 1, "S": 1, "stride": 2},
-               {"N": 1, "C": 3, "H": 12, "W": 13, "K_out": 7, "R": 2, "S": 3, "stride": (3, 2), "padding": (0, 2), "dilation": (2, 1)}],
+               {"N": 1, "C": 3, "H": 12, "W": 13, "K_out": 7, "R": 2, "S": 3, "stride": (3, 2), "padding": (0, 2),
+                "dilation": (2, 1)}],
     "depthwise_conv2d": [{"N": 1, "C": 3, "H": 7, "W": 10, "R": 3, "S": 3, "padding": 1},
                          {"N": 2, "C": 6, "H": 13, "W": 9, "R": 3, "S": 2, "stride": 2, "padding": (1, 0)},
                          {"N": 1, "C": 5, "H": 20, "W": 37, "R": 3, "S": 3, "padding": 1},
-                         {"N": 1, "C": 4, "H": 11, "W": 9, "R": 3, "S": 3, "stride": (2, 1), "padding": 2, "dilation": (1, 2)}],
+                         {"N": 1, "C": 4, "H": 11, "W": 9, "R": 3, "S": 3, "stride": (2, 1), "padding": 2,
+                          "dilation": (1, 2)}],
 }
 TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N": 5, "K": 2},
         "conv2d": {"N": 1, "C": 2, "H": 5, "W": 6, "K_out": 3, "R": 3, "S": 3, "stride": 2, "padding": 1},
@@ -92,9 +94,10 @@ def test_spaces_of_the_named_workloads(template, capsys):
         (index,) = ts.space.sample(random.Random(0), 1)
         program = ts.program(index)
         assert [b.shape for b in program.params] == [t.shape for t in ts.task.op.compute(**ts.task.args)]
-        sizes[wl] = (len(ts.space), ts.space.valid_fraction())
+        sizes[wl] = (ts.space.size, ts.space.valid_fraction())
     with capsys.disabled():
-        print(f"\n{template.op}/{template.name}: " + ", ".join(f"{w} {n} ({v:.0%} valid)" for w, (n, v) in sizes.items()))
+        print(f"\n{template.op}/{template.name}: "
+              + ", ".join(f"{w} {n} ({v:.0%} valid)" for w, (n, v) in sizes.items()))
 
 
 def test_default_templates():

@@ -51,8 +51,9 @@ def test_shared_memory_kernel_constructs():
     cu = emit(p, "cuda")
     assert cu.kernels[0].grid == (2, 2, 1) and cu.kernels[0].block == (8, 4, 1)
     code = cu.code
-    for construct in ('extern "C" __global__ void __launch_bounds__(32) kern(', "__shared__ __align__(16) float A_shared[",
-                      "__shared__ __align__(16) float B_shared[", "__syncthreads();", "(int)threadIdx.x",
+    for construct in ('extern "C" __global__ void __launch_bounds__(32) kern(',
+                      "__shared__ __align__(16) float A_shared[", "__shared__ __align__(16) float B_shared[",
+                      "__syncthreads();", "(int)threadIdx.x",
                       "(int)threadIdx.y", "(int)blockIdx.x", "(int)blockIdx.y", "float C_local[8];",
                       "const float* __restrict__ A", "float* __restrict__ C", "#pragma unroll"):
         assert construct in code, construct

@@ -121,9 +121,9 @@ path = "{db}"
 
 
 def test_slow_first_run_is_timed_once_under_a_cutoff():
-    from tunekit._workers import execute
-    from tunekit.measure import CheckSettings
+    from tunekit.runners import TimingPolicy
     from tunekit.targets import RunSettings
+    from tunekit.timing import execute
 
     class Slow:
         """Runs take 20 ms by the target's own clock."""
@@ -138,17 +138,17 @@ def test_slow_first_run_is_timed_once_under_a_cutoff():
             return [0.02] * settings.repeat
 
     task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
-    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=0.005))
+    out = execute(Slow(), task, None, TimingPolicy(RunSettings(repeat=3), cutoff_s=0.005))
     assert out.error is None and out.costs == [0.02] and "cutoff" in out.message
     assert Slow.runs == [1]                      # one probe run, no full timing
-    out = execute(Slow(), task, None, RunSettings(repeat=3), CheckSettings(cutoff_s=None))
+    out = execute(Slow(), task, None, TimingPolicy(RunSettings(repeat=3), cutoff_s=None))
     assert out.costs == [0.02] * 3 and Slow.runs == [1, 12]
 
 
 def test_noisy_timings_are_redone_and_the_tightest_kept():
-    from tunekit._workers import execute, spread
-    from tunekit.measure import CheckSettings
+    from tunekit.runners import TimingPolicy
     from tunekit.targets import RunSettings
+    from tunekit.timing import execute, spread
 
     class Noisy:
         produces_output = True
@@ -161,19 +161,19 @@ def test_noisy_timings_are_redone_and_the_tightest_kept():
             return Noisy.sets.pop(0)
 
     task = tunekit.Task("matmul", dict(M=8, N=8, K=8))
-    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=2))
+    out = execute(Noisy(), task, None, TimingPolicy(RunSettings(repeat=3), max_spread=0.05, retries=2))
     assert out.costs == [1.0, 1.01, 1.02] and spread(out.costs) < 0.05
     Noisy.sets = [[1.0, 2.0, 1.0], [1.0, 1.3, 1.1], [1.0, 1.01, 1.02]]
-    out = execute(Noisy(), task, None, RunSettings(repeat=3), CheckSettings(max_spread=0.05, retries=1))
+    out = execute(Noisy(), task, None, TimingPolicy(RunSettings(repeat=3), max_spread=0.05, retries=1))
     assert out.costs == [1.0, 1.3, 1.1]          # one retry: the tighter of the two sets
 
 
 def test_kernels_are_timed_on_aligned_buffers_at_fixed_offsets():
     """numpy aligns large arrays to 16 bytes; the runner times kernels on arrays
     in one arena, each on a cache line, at the same page offsets in every process."""
-    from tunekit import _workers
-    from tunekit.measure import CheckSettings
+    from tunekit import timing
     from tunekit.memory import ALIGN
+    from tunekit.runners import TimingPolicy
     from tunekit.targets import RunSettings
 
     seen = []
@@ -190,7 +190,7 @@ def test_kernels_are_timed_on_aligned_buffers_at_fixed_offsets():
 
     task = tunekit.Task("matmul", dict(M=24, N=40, K=56))
     for seed in (0, 1):   # two draws of the data: two arenas
-        out = _workers.execute(Target(), task, None, RunSettings(repeat=1), CheckSettings(seed=seed))
+        out = timing.execute(Target(), task, None, TimingPolicy(RunSettings(repeat=1), seed=seed))
         assert out.error is None and out.costs == [1.0]
     for addrs in seen:
         assert all(a % ALIGN == 0 for a in addrs)
@@ -229,13 +229,13 @@ def test_build_workers_extract_program_features_in_parallel():
     import numpy as np
 
     from tunekit import features
-    from tunekit.measure import Measurer
+    from tunekit.build_pool import BuildPool
     from tunekit.recipe import Recipe
     recipe = Recipe.from_dict({"target": "x86", "tasks": [{"op": "matmul", "args": SMALL}],
                                "measure": {"build_workers": 2}}, source="test")
     ts = recipe.task_objects()[0].bind(recipe.target.create())
     indices = ts.space.sample(__import__("random").Random(0), 24)
-    m = Measurer(ts.target, recipe.measure)
+    m = BuildPool(ts.target, recipe.measure.build_workers)
     try:
         got = m.extract(ts, indices, "relation")
         assert m._pool is not None and len(m._pool._processes) == 2

@@ -11,14 +11,14 @@ import pytest
 
 cl = pytest.importorskip("pyopencl")
 
-from tunekit_plugins.targets.opencl import target as cl_target
-from tunekit_plugins.targets.opencl.target import KernelLoadError, MaliTarget, OpenCLTarget
+from tunekit_plugins.targets.opencl import target as cl_target  # noqa: E402
+from tunekit_plugins.targets.opencl.target import KernelLoadError, MaliTarget, OpenCLTarget  # noqa: E402
 
-import tunekit
-from tunekit import RunSettings, Task
-from tunekit.errors import BuildError
-from tunekit.ir import interp
-from tunekit.testing.contract import TargetContract
+import tunekit  # noqa: E402
+from tunekit import RunSettings, Task  # noqa: E402
+from tunekit.errors import BuildError  # noqa: E402
+from tunekit.ir import interp  # noqa: E402
+from tunekit.testing.contract import TargetContract  # noqa: E402
 
 needs_device = pytest.mark.skipif(OpenCLTarget.available() is not None,
                                   reason=f"opencl: {OpenCLTarget.available()}")

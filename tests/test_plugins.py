@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import tunekit
-from tunekit import _plugins
-from tunekit._registry import registry
+from tunekit import _plugins, registry
 from tunekit.errors import PluginError, RecipeError
 from tunekit.testing import simulated_trials
 from tunekit.testing.contract import CostModelContract, ExplorerContract
@@ -78,12 +77,12 @@ def test_duplicate_component_name_names_both_plugins(dup_plugin, monkeypatch, re
     assert "tunekit-dup-plugin" in msg and other_name in msg and "'random'" in msg
 
 
-def test_disable_autoload_loads_only_the_core_ops(monkeypatch, fresh_plugins):
+def test_disable_autoload_loads_only_the_core(monkeypatch, fresh_plugins):
     monkeypatch.setenv("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
     _plugins.reload()
-    assert _plugin_names() == ["tunekit.ops"]
+    assert sorted(_plugin_names()) == ["tunekit.local-runner", "tunekit.ops"]
     assert _plugins.plugins().broken == []
-    assert all(not table for table in registry().components.values())
+    assert {k: list(t) for k, t in registry().components.items() if t} == {"runner": ["local"]}
     assert "matmul" in registry().ops
 
 
@@ -124,3 +123,12 @@ class TestFakeSweepContract(ExplorerContract):
     @property
     def explorer_class(self):
         return registry().component("explorer", "fake-sweep")
+
+
+def test_unknown_component_names_the_plugins_that_failed_to_import():
+    with pytest.raises(RecipeError) as e:
+        tunekit.Recipe.from_dict({"tasks": ["matmul-1024"], "model": "knn"}, source="r.toml")
+    msg = str(e.value)
+    assert "r.toml: model: unknown cost model 'knn'" in msg
+    assert "plugin 'tunekit-broken-plugin' (tunekit-broken-plugin 0.1.0), which may provide it, failed to import: " \
+           "ImportError: needs libfoo" in msg

@@ -8,7 +8,7 @@ import pytest
 from fakes import FakeGpu, FakeModel, FakeTarget  # noqa: F401
 
 import tunekit
-from tunekit._registry import registry
+from tunekit import registry
 from tunekit.errors import RecipeError
 from tunekit.recipe import ComponentSpec, Recipe, load_recipe
 from tunekit.recipe_schema import json_schema
@@ -50,8 +50,8 @@ def test_defaults(fake):
     r = Recipe.from_dict(BASE)
     assert r.tuning.model_dump() == {"trials": 64, "seed": 0, "time_budget_s": None, "early_stopping": None,
                                          "batch_size": 16, "epsilon": 0.05, "transfer": False}
-    assert r.measure.number == 4 and r.measure.check and r.measure.rtol is None and r.measure.runner == "local"
-    assert r.measure.run_settings().min_repeat_ms == 50.0
+    assert r.measure.number == 4 and r.measure.check and r.measure.rtol is None and r.measure.runner.name == "local"
+    assert r.measure.timing_policy().settings.min_repeat_ms == 50.0
     assert r.database.path == "tunekit.db" and r.database.log is None
     assert Recipe.model_fields["target"].default == "x86"
     assert Recipe.model_fields["model"].default == Recipe.model_fields["explorer"].default == "random"
@@ -113,7 +113,7 @@ def test_bad_types_have_dotted_paths(fake):
     assert "recipe.toml: tuning.trials: Input should be greater than or equal to 1 (got 0)" in lines
     assert problems({**BASE, "measure": 5}) == ["recipe.toml: measure: should be a table (got 5)"]
     assert problems({**BASE, "measure": {"runner": "dask"}}) == [
-        "recipe.toml: measure.runner: Input should be 'local' (got 'dask')"]
+        "recipe.toml: measure.runner: unknown runner 'dask' (installed: local)"]
 
 
 def test_all_problems_are_reported_together(fake):

@@ -9,8 +9,7 @@ import pytest
 from pydantic import Field
 
 import tunekit
-from tunekit import te
-from tunekit._registry import registry
+from tunekit import registry, te
 from tunekit.errors import BuildError
 from tunekit.ops.matmul import compute as matmul
 from tunekit.targets import RunSettings

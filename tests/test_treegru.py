@@ -15,9 +15,9 @@ from tunekit.testing.contract import CostModelContract
 
 @pytest.fixture
 def null():
-    tunekit._plugins.register(null_plugin, NULL_PLUGIN_NAME)
+    tunekit.register_plugin(null_plugin, NULL_PLUGIN_NAME)
     yield
-    tunekit._plugins.unregister(NULL_PLUGIN_NAME)
+    tunekit.unregister_plugin(NULL_PLUGIN_NAME)
 
 
 @pytest.mark.parametrize("loss", [tg.rank_loss, tg.mse_loss])
@@ -29,7 +29,8 @@ def test_gradient_matches_finite_differences(loss):
         return tg.Tree(rng.normal(size=(len(parent), dim)), np.asarray(parent, np.int64))
 
     # a 3-level tree with a node of two children, a chain, two roots, an empty program
-    trees = [tree([-1, 0, 1, 1, 0]), tree([-1, 0]), tree([-1, -1, 1]), tg.Tree(np.zeros((0, dim)), np.zeros(0, np.int64))]
+    trees = [tree([-1, 0, 1, 1, 0]), tree([-1, 0]), tree([-1, -1, 1]),
+             tg.Tree(np.zeros((0, dim)), np.zeros(0, np.int64))]
     net = tg.TreeGRU(dim, 5, 3, rng)
     net.mean, net.scale = rng.normal(size=dim) * 0.1, np.abs(rng.normal(size=dim)) + 0.5
     for k in net.p:
@@ -59,7 +60,8 @@ def test_tree_encoding_follows_the_loop_nest(null):
     assert t.x.shape[1] == tg.input_dim() and len(t.x) == len(t.parent) > 0
     assert (t.parent < np.arange(len(t.parent))).all()                      # preorder
     assert (t.height[t.parent[t.parent >= 0]] > t.height[t.parent >= 0]).all()
-    np.testing.assert_array_equal(t.x[:, 0], np.log2([max(1, e) for e in tunekit.features.LoopNest(cand.program).extent]))
+    extents = tunekit.features.LoopNest(cand.program).extent
+    np.testing.assert_array_equal(t.x[:, 0], np.log2([max(1, e) for e in extents]))
     assert tg.tree_of(cand) is t                                            # cached
 
 

@@ -9,9 +9,9 @@ from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
 
 @pytest.fixture
 def null():
-    tunekit._plugins.register(null_plugin, NULL_PLUGIN_NAME)
+    tunekit.register_plugin(null_plugin, NULL_PLUGIN_NAME)
     yield
-    tunekit._plugins.unregister(NULL_PLUGIN_NAME)
+    tunekit.unregister_plugin(NULL_PLUGIN_NAME)
 
 
 def task(M, N=16, K=16):
@@ -67,12 +67,12 @@ class RecorderPlugin:
 def test_transfer_trains_the_global_model_on_other_workloads(tmp_path, null):
     db = str(tmp_path / "t.db")
     tunekit.tune([task(8), task(32)], target="null", trials=8, database=db, tuning={"batch_size": 4})
-    tunekit._plugins.register(RecorderPlugin(), "recorder")
+    tunekit.register_plugin(RecorderPlugin(), "recorder")
     try:
         tunekit.tune([task(16)], target="null", model="recorder", trials=4, database=db,
                      tuning={"transfer": True, "batch_size": 4})
     finally:
-        tunekit._plugins.unregister("recorder")
+        tunekit.unregister_plugin("recorder")
     assert len(Recorder.history) == 16                      # both other workloads, not this one
     assert all(name.startswith("matmul_") for name, _ in Recorder.history)
     d = Database(db)
@@ -141,14 +141,14 @@ def test_program_features_go_through_the_measurers_extractor(tmp_path, null, mon
     """While tuning, a model on program features gets them from the measurer's
     extractor (the build workers, for targets they can rebuild), in batches."""
     pytest.importorskip("xgboost")
-    from tunekit.measure import Measurer
+    from tunekit.build_pool import BuildPool
     batches = []
-    real = Measurer.extract
+    real = BuildPool.extract
 
     def spy(self, ts, indices, kind):
         batches.append((len(indices), kind))
         return real(self, ts, indices, kind)
-    monkeypatch.setattr(Measurer, "extract", spy)
+    monkeypatch.setattr(BuildPool, "extract", spy)
     st = tunekit.tune([task(32, 32, 32)], target="null", trials=12, database=str(tmp_path / "t.db"),
                       model={"name": "xgboost", "features": "relation"},
                       explorer={"name": "annealing", "n_chains": 48, "steps": 2}, tuning={"batch_size": 4})[0]

@@ -1,14 +1,35 @@
-"""tunekit: learning to optimize tensor programs."""
-__version__ = "0.1.0"
+"""tunekit: learning to optimize tensor programs.
 
-from ._plugins import hookimpl  # noqa: F401
-from .component import Options  # noqa: F401
-from .dispatch import apply_history_best, build  # noqa: F401
-from .explorers import Explorer  # noqa: F401
-from .memory import empty  # noqa: F401
-from .models import Candidate, CostModel, feature_matrix  # noqa: F401
-from .ops import Op, Template  # noqa: F401
-from .recipe import Recipe, load_recipe  # noqa: F401
-from .targets import Artifact, DeviceInfo, RunSettings, Target  # noqa: F401
-from .task import Task  # noqa: F401
-from .tuner import tune  # noqa: F401
+The public API is what this module exports (`__all__`) and these modules: the
+contracts `tunekit.targets`, `tunekit.models`, `tunekit.explorers`,
+`tunekit.runners` and `tunekit._hookspecs` (the hooks' reference); the loop IR
+`tunekit.ir`; tensor expressions `tunekit.te`; op definitions `tunekit.ops`;
+`tunekit.features`, `tunekit.records`, `tunekit.errors`, `tunekit.timing`
+(checking and timing one artifact, for runners) and the test kit
+`tunekit.testing`. Other modules whose names start with "_" are internal.
+"""
+from ._hookspecs import hookimpl
+from ._plugins import register as register_plugin
+from ._plugins import reload as reload_plugins
+from ._plugins import unregister as unregister_plugin
+from ._registry import registry
+from ._version import __version__
+from .component import Options
+from .dispatch import apply_history_best, build
+from .explorers import Explorer
+from .memory import empty
+from .models import Candidate, CostModel, feature_matrix
+from .ops import Op, OpArgs, Size, Template
+from .recipe import Recipe, load_recipe
+from .records import Outcome, Trial
+from .runners import Runner, TimingPolicy
+from .targets import Artifact, DeviceInfo, RunSettings, Target
+from .task import Task, TaskSpace, TaskSpec
+from .tuner import tune
+
+__all__ = [
+    "Artifact", "Candidate", "CostModel", "DeviceInfo", "Explorer", "Op", "OpArgs", "Options", "Outcome", "Recipe",
+    "RunSettings", "Runner", "Size", "Target", "Task", "TaskSpace", "TaskSpec", "Template", "TimingPolicy", "Trial",
+    "__version__", "apply_history_best", "build", "empty", "feature_matrix", "hookimpl", "load_recipe",
+    "register_plugin", "registry", "reload_plugins", "tune", "unregister_plugin",
+]

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 import pluggy
 
 from . import _hookspecs
+from ._version import __version__
 
-hookimpl = pluggy.HookimplMarker("tunekit")
 GROUP = "tunekit"
+#: what the core contributes through the hooks itself (the ops library, the local runner): always there
+CORE_PLUGINS = {"tunekit.ops": "tunekit.ops.library", "tunekit.local-runner": "tunekit.local_runner"}
 
 
 @dataclass
@@ -21,9 +23,12 @@ class BrokenPlugin:
     dist: str
     version: str
     error: str
+    #: "import" (its module failed to import: what it provides is unknown) or "load" (a contribution was refused)
+    stage: str = "import"
 
     def __str__(self) -> str:
-        return f"plugin {self.name!r} ({self.dist} {self.version}) failed to load: {self.error}"
+        what = "failed to import" if self.stage == "import" else "is broken"
+        return f"plugin {self.name!r} ({self.dist} {self.version}) {what}: {self.error}"
 
 
 class Plugins:
@@ -36,9 +41,8 @@ class Plugins:
         self.versions: dict[str, tuple[str, str]] = {}
         self.entry_point_names: set[str] = set()
         self.modules: dict[str, str] = {}   # plugins registered by hand that are importable modules
-        from . import __version__
-        from .ops import library
-        self.register(library, "tunekit.ops", ("tunekit", __version__))
+        for name, module in CORE_PLUGINS.items():
+            self.register(importlib.import_module(module), name, ("tunekit", __version__))
         if os.environ.get("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "").strip() not in ("", "0"):
             return
         blocked = {b.strip() for b in os.environ.get("TUNEKIT_BLOCK_PLUGINS", "").split(",") if b.strip()}
@@ -58,7 +62,7 @@ class Plugins:
     def register(self, plugin, name: str, version: tuple[str, str] = ("", "")) -> None:
         self.pm.register(plugin, name=name)
         self.versions[name] = version
-        if isinstance(plugin, types.ModuleType) and name != "tunekit.ops":
+        if isinstance(plugin, types.ModuleType) and name not in CORE_PLUGINS:
             self.modules[name] = plugin.__name__
         _reset_registry()
 
@@ -83,7 +87,7 @@ class Plugins:
                 res = impl.function()
             except Exception as e:
                 dist, version = self.versions.get(impl.plugin_name, ("?", "?"))
-                b = BrokenPlugin(impl.plugin_name, dist, version, f"{hook}() raised {type(e).__name__}: {e}")
+                b = BrokenPlugin(impl.plugin_name, dist, version, f"{hook}() raised {type(e).__name__}: {e}", "load")
                 if b not in self.broken:   # the registry is rebuilt after every (un)register
                     self.broken.append(b)
                 continue
@@ -102,9 +106,10 @@ def plugins() -> Plugins:
     return _PLUGINS
 
 
-def register(plugin, name: str) -> None:
-    """Register a plugin (a module or object with hookimpls) under `name`."""
-    plugins().register(plugin, name)
+def register(plugin, name: str, version: tuple[str, str] = ("", "")) -> None:
+    """Register a plugin (a module or object with `@tunekit.hookimpl` functions) under
+    `name`, as if it were installed; `version` is (distribution, version) for messages."""
+    plugins().register(plugin, name, version)
 
 
 def unregister(name: str) -> None:

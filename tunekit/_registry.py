@@ -1,12 +1,23 @@
-"""What the installed plugins contribute, by kind and name."""
+"""What the installed plugins contribute, by kind and name, each contribution
+checked against the contract as it is loaded (see `tunekit/_hookspecs.py`)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from ._plugins import plugins
+from ._plugins import BrokenPlugin, plugins
+from .component import Component, Options
 from .errors import PluginError, UnknownComponent
+from .explorers import Explorer
+from .models import CostModel
+from .ops import Op, Template
+from .runners import Runner
+from .targets import Target
 
-KINDS = {"target": "tunekit_targets", "cost model": "tunekit_cost_models", "explorer": "tunekit_explorers"}
+KINDS = {"target": "tunekit_targets", "cost model": "tunekit_cost_models", "explorer": "tunekit_explorers",
+         "runner": "tunekit_runners"}
+BASES = {"target": Target, "cost model": CostModel, "explorer": Explorer, "runner": Runner}
+NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 @dataclass
@@ -16,25 +27,84 @@ class Entry:
     version: str
 
 
+def component_problem(kind: str, cls) -> str | None:
+    """What breaks the contract in component class `cls` of `kind`, or None."""
+    base = BASES[kind]
+    if not isinstance(cls, type):
+        return f"returned a {type(cls).__name__} instance, not a class (return the class itself)"
+    if not issubclass(cls, base):
+        return f"{cls.__qualname__} is not a subclass of tunekit.{base.__name__}"
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not NAME.match(name):
+        return f"{cls.__qualname__}.name {name!r} is not a lower-kebab name like 'my-{kind.split()[-1]}'"
+    opts = getattr(cls, "Options", None)
+    if not (isinstance(opts, type) and issubclass(opts, Options)):
+        return f"{kind} {name!r}: Options is not a subclass of tunekit.Options"
+    for field, info in opts.model_fields.items():
+        if info.is_required():
+            return f"{kind} {name!r}: option {field!r} has no default (every option needs one)"
+        if not info.description:
+            return f"{kind} {name!r}: option {field!r} has no description (Field(..., description=...))"
+    return None
+
+
 class Registry:
     def __init__(self):
         p = plugins()
+        self._plugins = p
+        #: (kind, name) -> why the component of that name was refused, and from which plugin
+        self.rejected: dict[tuple[str, str], BrokenPlugin] = {}
         self.components: dict[str, dict[str, Entry]] = {}
         for kind, hook in KINDS.items():
             table: dict[str, Entry] = {}
-            for plugin, classes in p.results(hook):
+            for plugin, classes in self._lists(hook):
                 for cls in classes:
-                    self._add(table, kind, cls.name, Entry(cls, plugin, p.version(plugin)))
+                    why = component_problem(kind, cls)
+                    if why is None:
+                        self._add(table, kind, cls.name, Entry(cls, plugin, p.version(plugin)))
+                    else:
+                        self._refuse(plugin, kind, getattr(cls, "name", None), f"{hook}(): {why}")
             self.components[kind] = dict(sorted(table.items()))
         self.ops: dict[str, Entry] = {}
-        for plugin, ops in p.results("tunekit_ops"):
+        for plugin, ops in self._lists("tunekit_ops"):
             for op in ops:
-                self._add(self.ops, "op", op.name, Entry(op, plugin, p.version(plugin)))
+                if isinstance(op, Op):
+                    self._add(self.ops, "op", op.name, Entry(op, plugin, p.version(plugin)))
+                else:
+                    self._refuse(plugin, "op", None, f"tunekit_ops() returned a {type(op).__name__}, not a tunekit.Op")
         self.workloads: dict[str, Entry] = {}
         for plugin, wl in p.results("tunekit_workloads"):
+            if not isinstance(wl, dict):
+                self._refuse(plugin, "workload", None, f"tunekit_workloads() returned a {type(wl).__name__}, "
+                             "not a dict of name -> (op name, args)")
+                continue
             for name, spec in wl.items():
                 self._add(self.workloads, "workload", name, Entry(spec, plugin, p.version(plugin)))
-        self.templates = [t for _, ts in p.results("tunekit_templates") for t in ts]
+        self.template_entries: list[Entry] = []
+        for plugin, ts in self._lists("tunekit_templates"):
+            for t in ts:
+                if isinstance(t, Template):
+                    self.template_entries.append(Entry(t, plugin, p.version(plugin)))
+                else:
+                    self._refuse(plugin, "template", None,
+                                 f"tunekit_templates() returned a {type(t).__name__}, not a tunekit.Template")
+        self.templates = [e.obj for e in self.template_entries]
+
+    def _lists(self, hook: str):
+        """(plugin, list) for every implementation of `hook` that returned a list."""
+        for plugin, res in self._plugins.results(hook):
+            if isinstance(res, (list, tuple)):
+                yield plugin, res
+            else:
+                self._refuse(plugin, hook, None, f"{hook}() returned a {type(res).__name__}, not a list")
+
+    def _refuse(self, plugin: str, kind: str, name, why: str) -> None:
+        dist, version = self._plugins.versions.get(plugin, ("?", "?"))
+        b = BrokenPlugin(plugin, dist, version, why, "load")
+        if b not in self._plugins.broken:   # the registry is rebuilt after every (un)register
+            self._plugins.broken.append(b)
+        if isinstance(name, str):
+            self.rejected[(kind, name)] = b
 
     @staticmethod
     def _add(table, kind, name, entry):
@@ -43,10 +113,23 @@ class Registry:
                               f"{entry.plugin!r}; uninstall one or block it with TUNEKIT_BLOCK_PLUGINS")
         table[name] = entry
 
+    def unknown(self, kind: str, name) -> str:
+        """Why no `kind` is called `name`: refused from a broken plugin, or not installed
+        (naming the installed ones, and plugins that failed to import and may provide it)."""
+        b = self.rejected.get((kind, name))
+        if b is not None:
+            return f"{kind} {name!r} is provided by plugin {b.name!r} ({b.dist} {b.version}) which is broken: {b.error}"
+        table = self.components.get(kind, {})
+        msg = f"unknown {kind} {name!r} (installed: {', '.join(table) or 'none'})"
+        for b in self._plugins.broken:
+            if b.stage == "import":
+                msg += f"; plugin {b.name!r} ({b.dist} {b.version}), which may provide it, failed to import: {b.error}"
+        return msg
+
     def component(self, kind: str, name: str):
         table = self.components[kind]
         if name not in table:
-            raise UnknownComponent(f"unknown {kind} {name!r} (installed: {', '.join(table) or 'none'})")
+            raise UnknownComponent(self.unknown(kind, name))
         return table[name].obj
 
     def op(self, name: str):
@@ -74,3 +157,11 @@ def registry() -> Registry:
 def reset() -> None:
     global _REGISTRY
     _REGISTRY = None
+
+
+def plugin_of(kind: str, component: Component) -> str:
+    """"plugin 'NAME' (DIST VERSION)" of a component instance, for error messages."""
+    entry = registry().components.get(kind, {}).get(getattr(component, "name", None))
+    if entry is None or entry.obj is not type(component):
+        return f"{type(component).__module__}.{type(component).__qualname__}, not from an installed plugin"
+    return f"plugin {entry.plugin!r}" + (f" ({entry.version})" if entry.version else "")

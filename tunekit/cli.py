@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import RecipeError, TunekitError
+from .errors import RecipeError, TemplateError, TunekitError
 
 
 @dataclass
@@ -49,7 +49,7 @@ def command(name: str, *arguments: tuple[tuple, dict], help: str):
 
 def parser() -> argparse.ArgumentParser:
     """Build the argument parser with every registered subcommand."""
-    from . import __version__
+    from ._version import __version__
     p = argparse.ArgumentParser(prog="tunekit", description="Learn to optimize tensor programs.")
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("--version", action="version", version=f"tunekit {__version__}")
@@ -118,10 +118,15 @@ def validate(args: argparse.Namespace) -> int:
     from .recipe import load_recipe
     recipe = load_recipe(args.recipe)
     out = _console()
-    out.print(f"OK {recipe.source}", markup=False)
     tasks = recipe.task_objects()
     target = recipe.target.create()
-    rows = [[str(i), t.name, t.key, *_space_summary(t, target)] for i, t in enumerate(tasks)]
+    rows = []
+    for i, t in enumerate(tasks):
+        try:
+            rows.append([str(i), t.name, t.key, *_space_summary(t, target)])
+        except TemplateError as e:
+            raise TemplateError(f"{recipe.source}: tasks[{i}]: {e}") from e
+    out.print(f"OK {recipe.source}", markup=False)
     out.print(_table(f"tasks: {len(tasks)}", ["#", "task", "workload key", "template", "space size",
                                               "valid"], rows))
     tuning = recipe.tuning
@@ -141,12 +146,15 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def _space_summary(task, target) -> list[str]:
-    """Template name, config space size and estimated valid fraction of a task."""
+    """Template name, config space size and estimated valid fraction of a task.
+    A template that fails to define its space is an error (TemplateError)."""
     try:
         ts = task.bind(target)
-        return [ts.template.name, f"{ts.space.size:,}", f"{ts.space.valid_fraction():.0%}"]
-    except Exception as e:  # best effort: a target may not describe its device here
+    except TunekitError:
+        raise
+    except Exception as e:  # best effort: a target may not describe its device here (no driver)
         return ["-", f"unknown ({type(e).__name__}: {e})", "-"]
+    return [ts.template.name, f"{ts.space.size:,}", f"{ts.space.valid_fraction():.0%}"]
 
 
 @command("schema", arg("-o", "--output", help="write to this file instead of stdout"),
@@ -183,6 +191,11 @@ def plugins(args: argparse.Namespace) -> int:
             rows.append([kind, name, entry.plugin, entry.version, "ok" if why is None else why])
     out = _console()
     out.print(_table("components", ["kind", "name", "plugin", "version", "status"], rows))
+    templates = sorted(reg.template_entries, key=lambda e: (e.obj.op, -e.obj.priority, e.obj.name))
+    out.print()
+    out.print(_table("templates", ["op", "template", "targets", "priority", "plugin"],
+                     [[e.obj.op, e.obj.name, ", ".join(e.obj.targets), str(e.obj.priority), e.plugin]
+                      for e in templates]))
     broken, seen = [], set()
     for b in loaded().broken:  # a hook that raises is recorded each time the registry is rebuilt
         if (b.name, b.error) not in seen:
@@ -219,10 +232,14 @@ def tune(args: argparse.Namespace) -> int:
 
 @command("best", arg("database", help="SQLite database written by `tunekit tune`"),
          arg("--workload", help="only this workload (name or key)"), arg("--target", help="only this target"),
+         arg("--wide", action="store_true", help="show the configs in a table column, not under the table"),
          help="print the best config per workload and target")
 def best(args: argparse.Namespace) -> int:
-    """Print the best measured config of every (workload, target, device) in a database."""
+    """Print the best measured config of every (workload, target, device) in a database:
+    a table, then each best config in full (or in a column of the table with --wide)."""
     import os
+
+    from rich.text import Text
 
     from .database import Database
     if not os.path.exists(args.database):
@@ -235,12 +252,20 @@ def best(args: argparse.Namespace) -> int:
     if not rows:
         raise TunekitError(f"{args.database}: no trials recorded" + (" matching the filters" if
                                                                        args.workload or args.target else ""))
-    out = [[r["name"] or r["op"], r["target"], r["device"], f"{r['gflops']:.1f}",
-            f"{r['cost'] * 1e3:.4f}" if r["cost"] else "-", str(r["trials"]), str(r["errors"]),
-            f"#{r['index']} {json.dumps(r['config'])}" if r["index"] is not None else "(none succeeded)"]
-           for r in rows]
-    _console().print(_table("", ["workload", "target", "device", "GFLOPS", "ms", "trials", "errors", "best config"],
-                            out))
+    columns = ["workload", "target", "device", "GFLOPS", "ms", "trials", "errors"]
+    table = [[r["name"] or r["op"], r["target"], r["device"], f"{r['gflops']:.1f}",
+              f"{r['cost'] * 1e3:.4f}" if r["cost"] else "-", str(r["trials"]), str(r["errors"])] for r in rows]
+    configs = [f"#{r['index']} {json.dumps(r['config'])}" if r["index"] is not None else "(none succeeded)"
+               for r in rows]
+    out = _console()
+    if args.wide:
+        out.print(_table("", [*columns, "best config"], [[*row, c] for row, c in zip(table, configs)]))
+        return 0
+    out.print(_table("", columns, table))
+    names = [row[0] for row in table]
+    for row, config in zip(table, configs):  # name a workload's target and device when it has several rows
+        label = row[0] if names.count(row[0]) == 1 else f"{row[0]} ({row[1]}, {row[2]})"
+        out.print(Text(f"{label}: {config}"))
     return 0
 
 

@@ -8,8 +8,8 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
-from . import __version__
-from .measure import Trial
+from ._version import __version__
+from .records import Trial
 
 FORMAT_VERSION = 1
 

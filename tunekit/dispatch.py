@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from ._registry import registry
 from .component import Options
 from .database import Database, TaskKey
-from .errors import TunekitError
+from .errors import ArgumentError, TunekitError
 from .memory import ALIGN, misaligned
 from .task import Task
 
@@ -49,15 +49,33 @@ class Kernel:
 
     def __init__(self, fn, task: Task, config, tuned: bool):
         self.fn, self.task, self.config, self.tuned = fn, task, config, tuned
+        self.params = task.op.buffers(task.args)   #: (name, shape, dtype) of each array, in call order
         self._warned = False
 
     def __call__(self, *arrays) -> None:
+        self._check(arrays)
         if not self._warned and (bad := misaligned(arrays)):
             self._warned = True
             warnings.warn(f"{self.task.name}: arguments {bad} are not {ALIGN}-byte aligned, and vector loads "
                           f"across cache lines can halve the kernel's speed; allocate them with tunekit.empty",
                           stacklevel=2)
         self.fn(*arrays)
+
+    def _check(self, arrays) -> None:
+        """Refuse arrays that do not match the op's declared ones (a wrong call would write out of bounds)."""
+        names = ", ".join(f"{n} {list(s)} {d}" for n, s, d in self.params)
+        if len(arrays) != len(self.params):
+            raise ArgumentError(f"{self.task.name}: the kernel takes {len(self.params)} arrays ({names}), "
+                                f"got {len(arrays)}")
+        for k, (a, (name, shape, dtype)) in enumerate(zip(arrays, self.params)):
+            got_shape, got_dtype = tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", type(a).__name__))
+            flags = getattr(a, "flags", None)
+            layout_ok = flags is None or flags.c_contiguous
+            if got_shape != shape or got_dtype != dtype or not layout_ok:
+                got = f"{got_dtype} array of shape {list(got_shape)}" + ("" if layout_ok else ", not C-contiguous")
+                raise ArgumentError(f"{self.task.name}: argument {k} ({name}) must be a C-contiguous {dtype} array "
+                                    f"of shape {list(shape)}; got a {got} (np.ascontiguousarray(x, {dtype!r}) "
+                                    "converts one)")
 
     def __repr__(self) -> str:
         how = "best known" if self.tuned else "default (no record)"

@@ -28,3 +28,11 @@ class BuildError(TunekitError):
 
 class UnknownComponent(TunekitError):
     """No installed plugin provides the named component."""
+
+
+class TemplateError(TunekitError):
+    """A schedule template failed to define its config space."""
+
+
+class ArgumentError(TunekitError):
+    """An op's arguments, or the arrays given to a built kernel, are invalid."""

@@ -42,6 +42,9 @@ import numpy as np
 from . import ir
 from .errors import TunekitError
 
+__all__ = ["FLATTEN_BUFFER_COLUMNS", "FLATTEN_LOOP_COLUMNS", "KINDS", "PROGRAM_KINDS", "RELATION_BUFFERS", "LoopNest",
+           "extract", "feature_names", "flatten_features", "knob_features", "program_features", "relation_features"]
+
 PROGRAM_KINDS = ("flatten", "relation", "curve")   # the kinds read from the lowered program
 KINDS = ("knob", *PROGRAM_KINDS)
 ANNOTATIONS = (ir.SERIAL, ir.PARALLEL, ir.VECTORIZED, ir.UNROLLED, ir.THREAD)

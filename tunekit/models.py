@@ -9,14 +9,20 @@ import numpy as np
 from .component import Component
 
 if TYPE_CHECKING:
-    from .measure import Trial
+    from .records import Trial
     from .space import ConfigEntity
 
 
 class Candidate:
     """A config as a cost model sees it: its values, its lowered program and its
     feature vectors (computed on first use, then cached by the task). Read the
-    vectors of many candidates at once with `tunekit.feature_matrix`."""
+    vectors of many candidates at once with `tunekit.feature_matrix`.
+
+    Attributes:
+        index: the config's index in its task's space (a Python int).
+        config: its `ConfigEntity` (`config[knob]` gives a knob's value, `to_json()` all of them).
+        program: (property) the lowered loop-IR `tunekit.ir.Program`, lowered on first use.
+    """
 
     def __init__(self, index: int, config: ConfigEntity, program: Callable, features: Callable,
                  prefetch: Callable | None = None):
@@ -68,13 +74,24 @@ class CostModel(Component):
 
     Higher scores mean faster programs. A model sees the trials of one task
     through `fit`, and optionally history from other tasks through `fit_history`.
+
+    One model serves one task of a tuning run. Order of calls: with transfer
+    learning, `fit_history` first (or `load` of a global model another task's
+    model `save`d); `fit` on the task's earlier trials when it has any; then the
+    explorer calls `predict` while proposing, and the core calls `fit` after
+    every measured batch with all the task's trials so far. `predict` must
+    return finite floats of shape (len(candidates),), else the core raises
+    `tunekit.errors.PluginError` naming the model; any exception stops the
+    tuning run (every trial measured so far is kept).
     """
 
     def fit(self, trials: list[Trial]) -> None:
         """Train on the measured `trials` of the current task (all of them so far).
 
-        Each trial has `.candidate` (a Candidate), `.costs` (seconds, empty when
-        it failed) and `.error`. Failed trials count as very slow.
+        Each `tunekit.Trial` has `.candidate` (a Candidate), `.costs` (seconds
+        per run, one per timed repeat; empty when it failed), `.cost` (their
+        median, inf when it failed), `.ok`, `.error` (None or an error kind) and
+        `.config` (the knob values). Failed trials count as very slow.
         """
         raise NotImplementedError
 

@@ -1,9 +1,13 @@
-"""Terminal display of a tuning run: a progress bar per task and a summary table."""
+"""Terminal display of a tuning run: a progress bar per task and a summary table,
+both fitting an 80-column terminal."""
 from __future__ import annotations
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+import json
+
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 
 class TuneProgress:
@@ -11,17 +15,17 @@ class TuneProgress:
 
     def __init__(self, console: Console | None = None):
         self.console = console or Console(stderr=True)
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("best {task.fields[gflops]:8.1f} GFLOPS"),
-                            TextColumn("errors {task.fields[errors]}"),
-                            TextColumn("tuner {task.fields[share]:4.0%}"), TimeElapsedColumn(),
+        # about 77 columns with a 24-character task name and 3-digit trial counts
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=10), MofNCompleteColumn(),
+                            TextColumn("best {task.fields[gflops]:6.1f} GFLOPS"),
+                            TextColumn("err {task.fields[errors]}"), TextColumn("tuner {task.fields[share]:3.0%}"),
                             console=self.console, transient=False)
         self.ids: dict[int, int] = {}
 
     def start(self, states, budget: int) -> None:
         self.bar.start()
         for st in states:
-            self.ids[id(st)] = self.bar.add_task(st.ts.task.name[:40], total=budget, completed=st.done,
+            self.ids[id(st)] = self.bar.add_task(st.ts.task.name[:24], total=budget, completed=st.done,
                                                  gflops=st.best_gflops, errors=st.errors, share=0.0)
 
     def update(self, st) -> None:
@@ -32,17 +36,18 @@ class TuneProgress:
         self.bar.stop()
 
 
-def summary_table(states) -> Table:
-    """One row per task: trials, best GFLOPS and time, errors, tuner time, the best config."""
+def summary_table(states) -> Group:
+    """A table with one row per task (trials of this run, "(+n)" from earlier runs, best
+    GFLOPS and time, errors, the tuner's share of the time, why it stopped), then the
+    best config of each task in full, one line per task."""
     t = Table(title="tuning summary")
-    for col in ("task", "trials", "best GFLOPS", "best ms", "errors", "tuner s", "measure s", "tuner %",
-                "stopped", "config"):
+    for col in ("task", "trials", "GFLOPS", "best ms", "err", "tuner", "stopped"):
         t.add_column(col, overflow="fold")
+    configs = []
     for st in states:
-        b = st.best
-        t.add_row(st.ts.task.name, f"{st.done} (+{len(st.trials) - st.done} earlier)",
+        b, earlier = st.best, len(st.trials) - st.done
+        t.add_row(Text(st.ts.task.name), f"{st.done} (+{earlier})" if earlier else str(st.done),
                   f"{st.best_gflops:.1f}", f"{b.cost * 1e3:.3f}" if b else "-", str(st.errors),
-                  f"{st.fit_s + st.propose_s:.1f}", f"{st.measure_s:.1f}", f"{st.tuner_share:.0%}",
-                  st.finished or "-",
-                  f"#{b.index} {b.config}" if b else "-")
-    return t
+                  f"{st.tuner_share:.0%}", st.finished or "-")
+        configs.append(Text(f"{st.ts.task.name}: " + (f"#{b.index} {json.dumps(b.config)}" if b else "-")))
+    return Group(t, *configs)

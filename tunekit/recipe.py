@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 import yaml
 from pydantic import (
@@ -36,13 +36,14 @@ from .errors import RecipeError
 from .explorers import Explorer
 from .models import CostModel
 from .recipe_errors import check_keys, error, message, path
+from .runners import Runner, TimingPolicy
 from .targets import RunSettings, Target
 from .task import Task
 
-#: recipe section -> component kind in the registry
+#: recipe section -> component kind in the registry (and `[measure] runner`, a component inside a section)
 COMPONENT_SECTIONS = {"target": "target", "model": "cost model", "explorer": "explorer"}
-KIND_BASES = {"target": Target, "cost model": CostModel, "explorer": Explorer}
-DEFAULTS = {"target": "x86", "model": "random", "explorer": "random"}
+KIND_BASES = {"target": Target, "cost model": CostModel, "explorer": Explorer, "runner": Runner}
+DEFAULTS = {"target": "x86", "model": "random", "explorer": "random", "runner": "local"}
 #: fields that bound how long a run goes on, not what it is (left out of `run_hash`)
 BUDGETS = ("trials", "time_budget_s", "early_stopping")
 
@@ -123,8 +124,7 @@ def _component(kind: str, default: str, value: Any) -> ComponentSpec:
                                   {"kind": kind, "t": type(value).__name__})
     name = value.get("name", default)
     if not isinstance(name, str) or name not in table:
-        raise PydanticCustomError("tunekit", "unknown {kind} {name} ({i})", {"kind": kind, "name": repr(name),
-                                                                           "i": installed})
+        raise PydanticCustomError("tunekit", "{why}", {"why": registry().unknown(kind, name)})
     cls = table[name].obj
     rest = {k: v for k, v in value.items() if k != "name"}
     options = check_keys(cls.Options.model_fields, rest, cls.Options.model_validate, "option", f" for {kind} {name!r}")
@@ -132,7 +132,7 @@ def _component(kind: str, default: str, value: Any) -> ComponentSpec:
 
 
 def _component_field(section: str, description: str):
-    kind = COMPONENT_SECTIONS[section]
+    kind = COMPONENT_SECTIONS.get(section, section)
     spec_type = Annotated[ComponentSpec,
                           BeforeValidator(lambda v: _component(kind, DEFAULTS[section], v)),
                           PlainSerializer(lambda s: s.to_dict(), return_type=dict),
@@ -178,11 +178,13 @@ class TaskSpec(Section):
         if op_name not in reg.ops:
             raise error([(("op",), f"unknown op {op_name!r} (installed: {', '.join(sorted(reg.ops)) or 'none'})",
                            op_name)])
-        Args = reg.ops[op_name].obj.Args
+        op = reg.ops[op_name].obj
         try:
-            check_keys(Args.model_fields, args, Args.model_validate, "argument", f" for op {op_name!r}")
+            canon = check_keys(op.Args.model_fields, args, op.Args.model_validate, "argument", f" for op {op_name!r}")
         except ValidationError as e:
             raise error((("args", *err["loc"]), err["msg"], err["input"]) for err in e.errors()) from None
+        if why := op.too_large(canon.model_dump()):
+            raise error([(("args",), why, None)])
         return self
 
     def task(self) -> Task:
@@ -205,8 +207,14 @@ class TuningSection(Section):
                            "learning).")
 
 
+RunnerSpec, _runner_field = _component_field("runner", "Where kernels are checked and timed: a runner name "
+                                             "(\"local\": this machine), or a table whose name picks the plugin "
+                                             "and whose other keys are its options.")
+
+
 class MeasureSection(Section):
     """How candidates are built, timed and checked."""
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
     number: int = Field(4, ge=1, description="Runs per timed repeat; their mean is one cost.")
     repeat: int = Field(3, ge=1, description="Timed repeats, one cost each.")
     min_repeat_ms: float = Field(50.0, ge=0, description="Raise number until one repeat lasts at least this long.")
@@ -224,13 +232,15 @@ class MeasureSection(Section):
     retries: int = Field(2, ge=0, description="At most this many re-timings per config; the tightest set is kept.")
     cutoff: float | None = Field(10.0, gt=1, description="A config whose first run is slower than this many "
                                  "times the task's best so far is timed by that run alone (None: time fully).")
-    runner: Literal["local"] = Field("local", description="Where kernels run: \"local\" (this machine).")
+    runner: RunnerSpec = _runner_field
     build_workers: int = Field(0, ge=0, description="Parallel build processes (0 = number of cores).")
 
-    def run_settings(self) -> RunSettings:
-        """Return the `tunekit.RunSettings` a target's `run` takes."""
-        return RunSettings(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
-                           warmup=self.warmup, flush_cache=self.flush_cache)
+    def timing_policy(self, seed: int = 0) -> TimingPolicy:
+        """Return the `tunekit.runners.TimingPolicy` of this section (no cutoff: the tuner sets it per batch)."""
+        settings = RunSettings(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                               warmup=self.warmup, flush_cache=self.flush_cache)
+        return TimingPolicy(settings, self.timeout_s, self.check, self.rtol, self.atol, seed, None,
+                            self.max_spread, self.retries)
 
 
 class DatabaseSection(Section):
@@ -266,11 +276,16 @@ class Recipe(Section):
     def _templates(self):
         problems = []
         for i, spec in enumerate(self.tasks):
-            op = spec.task().op.name
+            task = spec.task()
+            op = task.op.name
             try:
                 serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls)]
             except AttributeError as e:  # a target class without `family`
                 raise error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
+            if why := self.target.create().check_task(task):
+                field = ("tasks", i, "args", "dtype") if why.startswith("dtype") else ("tasks", i, "args")
+                problems.append((field, why, None))
+                continue
             if spec.template is not None and spec.template not in [t.name for t in serving]:
                 available = ", ".join(t.name for t in serving) or "none"
                 msg = (f"no template {spec.template!r} for op {op!r} on target {self.target.name!r} "
@@ -331,7 +346,7 @@ class Recipe(Section):
         A run is identified by this hash plus `tuning.seed`, which is left out,
         as are the budgets (tuning.trials, time_budget_s, early_stopping: raising
         them continues the same run), where results go (database) and build
-        parallelism (measure.build_workers). Tasks count by op and canonical
+        parallelism and place (measure.build_workers, measure.runner). Tasks count by op and canonical
         args, however they were written.
         """
         # options left at their defaults are left out: an option added later keeps old runs' hashes
@@ -339,7 +354,8 @@ class Recipe(Section):
         data["tasks"] = [[t.op.name, t.args, t.template_name] for t in self.task_objects()]
         for key in (*BUDGETS, "seed"):
             data.get("tuning", {}).pop(key, None)
-        data.get("measure", {}).pop("build_workers", None)
+        for key in ("build_workers", "runner"):   # how and where, not what, is measured
+            data.get("measure", {}).pop(key, None)
         data.pop("database", None)
         data = {k: v for k, v in data.items() if v != {}}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -93,9 +93,20 @@ class _Define:
 
     def define_split(self, name: str, axis, num_outputs: int = 2, policy: str = "factors",
                      max_factor: int = 1 << 30, candidates: list | None = None, filter=None):
-        """Split an axis into `num_outputs` loops. policy: "factors" (exact
-        factorizations), "power2" (power-of-two inner sizes, guarded tail) or
-        "candidates" (the given size tuples). `filter` drops values it rejects."""
+        """Define a split knob: an axis into `num_outputs` loops, outermost first.
+
+        Args:
+            name: the knob's name (`cfg[name]` in the template gives the chosen SplitValue).
+            axis: the axis (an IterVar) or its extent.
+            num_outputs: how many loops it becomes.
+            policy: "factors" (exact factorizations), "power2" (power-of-two inner
+                sizes, the outer loop covers the rest with a guarded tail) or
+                "candidates" (the size tuples in `candidates`).
+            max_factor: largest inner size (factors and power2).
+            filter: called with each candidate value, a `SplitValue` (a tuple of
+                loop sizes, outermost first, whose product covers the extent);
+                values for which it returns False are left out of the space.
+        """
         if name in self._knobs:
             return
         extent = axis if isinstance(axis, int) else axis.extent
@@ -138,7 +149,8 @@ class _Define:
 
 
 class ConfigSpace(_Define):
-    """The knobs of one task. `len(space)` is the product of their sizes."""
+    """The knobs of one task. `space.size` is the product of their sizes (a Python
+    int of any size: there is no `len()`, which is limited to 2**63)."""
 
     def __init__(self):
         self._knobs: dict[str, Knob] = {}
@@ -156,9 +168,6 @@ class ConfigSpace(_Define):
     @property
     def knobs(self) -> list[Knob]:
         return list(self._knobs.values())
-
-    def __len__(self) -> int:
-        return math.prod(self._sizes)
 
     @property
     def size(self) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -12,6 +13,7 @@ import numpy as np
 
 from .component import Component
 from .ir import Program
+from .ops.op import DTYPES
 
 
 @dataclass
@@ -63,6 +65,15 @@ class Target(Component):
 
     Orchestration (processes, timeouts, correctness checks) belongs to the core;
     a target only compiles, loads and times.
+
+    Where each method runs: `build` in a build worker (a spawned process that
+    rebuilds the target from `spec()`; it must not need the device), `load` and
+    `run` in the runner's isolated process on the device, `device` and
+    `available` wherever the core needs them. An exception from `build` records
+    a "build error" for that config (a build past `[measure] build_timeout_s`, a
+    "build timeout"); from `load` or `run`, a "run error"; a crash or a hang of
+    the runner process costs that config a run error or run timeout. None of
+    these stops the tuning run.
     """
 
     #: "cpu" or "gpu": which family of templates serves this target.
@@ -70,6 +81,9 @@ class Target(Component):
     #: Whether running a kernel writes real outputs the core can check (only
     #: simulated test targets say no).
     produces_output: ClassVar[bool] = True
+    #: The element types this target compiles (a subset of `tunekit.ops.op.DTYPES`);
+    #: tasks of other dtypes are refused when a recipe is validated.
+    dtypes: ClassVar[tuple[str, ...]] = DTYPES
 
     def __init__(self, options=None):
         super().__init__(options)
@@ -85,6 +99,31 @@ class Target(Component):
     def device(self) -> DeviceInfo:
         """Describe the device this target compiles for (may be called often: cache it)."""
         raise NotImplementedError
+
+    def memory_bytes(self) -> int | None:
+        """Return the bytes of memory a kernel's arrays must fit in (None: unknown).
+
+        Tasks whose arrays need more are refused before anything is measured. The
+        default is the host's physical memory for CPU targets, None for others.
+        """
+        if self.family == "cpu":
+            try:
+                return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            except (ValueError, OSError):
+                return None
+        return None
+
+    def check_task(self, task) -> str:
+        """Return why this target cannot run `task` (dtype, memory), or "" when it can."""
+        dtype = task.args.get("dtype")
+        if dtype is not None and dtype not in self.dtypes:
+            return f"dtype {dtype!r} is not supported by target {self.name!r} (supported: {', '.join(self.dtypes)})"
+        mem = self.memory_bytes()
+        need = task.op.buffer_bytes(task.args)
+        if mem and need > mem:
+            return (f"the arrays of {task.name} need {need / 2**30:.1f} GiB, more than the {mem / 2**30:.1f} GiB "
+                    f"of memory of target {self.name!r}; use smaller sizes")
+        return ""
 
     def build(self, program: Program) -> Artifact:
         """Generate code for `program` and compile it.

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
 from . import te
 from ._registry import registry
-from .errors import TunekitError
+from .errors import ArgumentError, TemplateError, TunekitError
 from .features import PROGRAM_KINDS, extract
 from .models import Candidate
 from .space import ConfigEntity, ConfigSpace
@@ -45,9 +46,25 @@ class Task:
     def __repr__(self) -> str:
         return f"Task({self.name})"
 
-    def bind(self, target) -> TaskSpace:
-        """This task on `target`: its template, space and programs."""
-        return TaskSpace(self, target)
+    def spec(self) -> TaskSpec:
+        """Plain, picklable data to rebuild this task in another process (`spec.task()`)."""
+        return TaskSpec(self.op.name, tuple(sorted(self.args.items())), self.template_name)
+
+    def bind(self, target, pool=None) -> TaskSpace:
+        """This task on `target`: its template, space and programs; `pool` (a
+        `tunekit.build_pool.BuildPool`) lowers configs for program features."""
+        return TaskSpace(self, target, pool)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task as plain data: op name, canonical args (sorted pairs), template name."""
+    op: str
+    args: tuple
+    template: str | None
+
+    def task(self) -> Task:
+        return Task(self.op, dict(self.args), template=self.template)
 
 
 def pick_template(op: str, target, name: str | None = None):
@@ -70,7 +87,9 @@ class TaskSpace:
     config space, lowering of any config, feature vectors, and the set of
     configs already measured. Lowered programs and features are cached."""
 
-    def __init__(self, task: Task, target):
+    def __init__(self, task: Task, target, pool=None):
+        if why := target.check_task(task):
+            raise ArgumentError(why)
         self.task, self.target = task, target
         self.template = pick_template(task.op.name, target, task.template_name)
         self.device = target.device()
@@ -78,12 +97,21 @@ class TaskSpace:
         self._programs: dict[int, object] = {}
         self._features: dict[tuple[int, str], np.ndarray] = {}
         #: (task space, indices, kind) -> their feature vectors, computed elsewhere (the tuner's workers)
-        self.extractor: Callable | None = None
+        self.extractor: Callable | None = pool.extract if pool is not None else None
 
     @cached_property
     def space(self) -> ConfigSpace:
         space = ConfigSpace()
-        self.template.fn(space, self.device, **self.task.args)
+        try:
+            self.template.fn(space, self.device, **self.task.args)
+        except TunekitError:
+            raise
+        except Exception as e:   # a template's bug, named, instead of a traceback from inside it
+            entry = next((e for e in registry().template_entries if e.obj is self.template), None)
+            where = f" (plugin {entry.plugin!r}{f', {entry.version}' if entry.version else ''})" if entry else ""
+            raise TemplateError(f"template {self.template.name!r}{where} for op {self.task.op.name!r} on target "
+                                f"{self.target.name!r} failed to define the config space of {self.task.name}: "
+                                f"{type(e).__name__}: {e}") from e
         return space
 
     @property

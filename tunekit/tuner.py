@@ -2,17 +2,16 @@
 guided by the cost model, measure it, record it, refit the model, repeat."""
 from __future__ import annotations
 
-import json
-import os
 import random
-import tempfile
 import time
 from dataclasses import dataclass, field
 
-from ._plugins import plugins
 from .database import Database, TaskKey
 from .errors import TunekitError
-from .measure import Measurer, Trial
+from .guard import Guard
+from .measure import Measurer
+from .records import DEVICE_LOST, Trial
+from .transfer import transfer
 
 
 @dataclass
@@ -68,11 +67,10 @@ class Tuner:
         self.target = recipe.target.create()
         why = self.target.available()
         if why:
-            from .errors import TunekitError
             raise TunekitError(f"target {self.target.name!r} cannot run here: {why}")
 
-    def _state(self, db: Database, task) -> TaskState:
-        ts = task.bind(self.target)
+    def _state(self, db: Database, task, measurer: Measurer) -> TaskState:
+        ts = task.bind(self.target, measurer.pool)
         key = TaskKey(task.key, self.target.name, ts.device.fingerprint(), ts.template.name)
         rng = random.Random(f"{self.recipe.tuning.seed}:{task.key}")
         st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng)
@@ -84,7 +82,7 @@ class Tuner:
     def _propose(self, st: TaskState, n: int) -> list[int]:
         eps = self.recipe.tuning.epsilon
         n_rand = sum(st.rng.random() < eps for _ in range(n))
-        picks = st.explorer.propose(n - n_rand)
+        picks = self.guard.proposals(st.explorer, st.ts, st.explorer.propose(n - n_rand), n - n_rand)
         # epsilon-greedy is the core's, for every explorer: random valid unmeasured picks
         seen = st.ts.measured | set(picks)
         extra = [i for i in st.ts.space.sample(st.rng, 2 * (n - len(picks)) + 4) if i not in seen]
@@ -93,21 +91,20 @@ class Tuner:
     def run(self) -> list[TaskState]:
         r = self.recipe
         db = Database(r.database.path, r.database.log)
-        measurer = Measurer(self.target, r.measure, r.tuning.seed)
-        hook = plugins().pm.hook.tunekit_trial_measured
+        self.guard = Guard()
         t_end = time.monotonic() + r.tuning.time_budget_s if r.tuning.time_budget_s else None
-        states = [self._state(db, t) for t in r.task_objects()]
-        # `trials` is a mean: the scheduler may give a task up to twice that
-        total, cap = r.tuning.trials * len(states), 2 * r.tuning.trials
+        measurer = None
         try:
-            for st in states:
-                st.ts.extractor = measurer.extract   # program features are lowered by the build workers
+            measurer = Measurer(self.target, r.measure, r.tuning.seed)
+            states = [self._state(db, t, measurer) for t in r.task_objects()]
+            # `trials` is a mean: the scheduler may give a task up to twice that
+            total, cap = r.tuning.trials * len(states), 2 * r.tuning.trials
             if r.tuning.transfer:
-                self._transfer(db, states, measurer.extract)
+                transfer(db, states, self.target, measurer.pool)
             for st in states:
                 if st.trials:
                     st.model.fit(st.trials)
-                st.explorer.start(st.ts, st.model, st.rng)
+                st.explorer.start(st.ts, self.guard.model(st.model), st.rng)
             if self.progress:
                 self.progress.start(states, r.tuning.trials)
             while sum(s.done for s in states) < total:
@@ -118,11 +115,12 @@ class Tuner:
                 limit = min(cap, st.done + total - sum(s.done for s in states))
                 if st.done < 2 * r.tuning.batch_size:   # warm-up: no task takes more than the mean yet
                     limit = min(limit, max(r.tuning.trials, st.done + 1))
-                self._batch(st, db, measurer, hook, limit)
+                self._batch(st, db, measurer, limit)
                 if self.progress:
                     self.progress.update(st)
         finally:
-            measurer.close()
+            if measurer is not None:
+                measurer.close()
             db.close()
             if self.progress:
                 self.progress.stop()
@@ -149,40 +147,6 @@ class Tuner:
             return max(recent, 0.5 * s.best.cost / max(1, s.done))
         return max(live, key=gain)
 
-    def _transfer(self, db: Database, states: list[TaskState], extractor) -> None:
-        """Train each task's global model on the history of other workloads (Eq. 4)."""
-        from .task import Task
-        key = states[0].key
-        rows = db.history(key.target, key.device, {s.key.workload for s in states})
-        spaces: dict = {}
-        records = []
-        for op, args, template, trial in rows:
-            k = (op, json.dumps(args, sort_keys=True), template)
-            if k not in spaces:
-                try:
-                    spaces[k] = Task(op, args, template=template).bind(self.target)
-                    spaces[k].extractor = extractor
-                except TunekitError:
-                    spaces[k] = None   # its op or template is no longer installed
-            if spaces[k] is not None:
-                trial.candidate = spaces[k].candidates([trial.index])[0]
-                records.append(trial)
-        if not records:
-            return
-        states[0].model.fit_history(records)
-        # one global model serves every task: copy it rather than refit (seconds each at 20k records)
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "global")
-            try:
-                states[0].model.save(path)
-            except NotImplementedError:
-                path = None
-            for st in states[1:]:
-                if path:
-                    st.model.load(path)
-                else:
-                    st.model.fit_history(records)
-
     def _finished(self, st: TaskState, cap: int, t_end) -> bool:
         tun = self.recipe.tuning
         if not st.finished:
@@ -194,7 +158,7 @@ class Tuner:
                 st.finished = "time budget"
         return bool(st.finished)
 
-    def _batch(self, st: TaskState, db: Database, measurer: Measurer, hook, limit: int) -> None:
+    def _batch(self, st: TaskState, db: Database, measurer: Measurer, limit: int) -> None:
         n = min(self.recipe.tuning.batch_size, limit - st.done)
         t0 = time.perf_counter()
         indices = self._propose(st, n)
@@ -204,15 +168,23 @@ class Tuner:
             st.finished = "space exhausted"
             return
 
+        lost: list[Trial] = []
+
         def record(trial: Trial) -> None:
+            if trial.error == DEVICE_LOST:   # not the config's fault: it stays unmeasured
+                lost.append(trial)
+                return
             db.add(self.run_id, st.ts, trial, self.recipe.model.name, self.recipe.explorer.name)
             st.add(trial, True)
-            hook(task=st.ts.task, trial=trial)
+            self.guard.trial_measured(st.ts.task, trial)
 
         t0 = time.perf_counter()
         cut = self.recipe.measure.cutoff
-        measurer.check.cutoff_s = st.best.cost * cut if cut and st.best is not None else None
-        batch = measurer.measure(st.ts, indices, record)
+        cutoff_s = st.best.cost * cut if cut and st.best is not None else None
+        batch = [t for t in measurer.measure(st.ts, indices, record, cutoff_s) if t.error != DEVICE_LOST]
+        if lost:
+            raise TunekitError(f"device lost while measuring {st.ts.task.name} on {self.target.name!r}: "
+                               f"{lost[0].message}; every trial measured so far is saved: rerun to resume")
         measured = time.perf_counter() - t0
         st.measure_s += measured
         t0 = time.perf_counter()

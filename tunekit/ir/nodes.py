@@ -7,6 +7,25 @@ Expressions are immutable trees. Integer expressions index buffers (row-major,
 flattened by lowering); every node carries a `dtype` string ("int32", "float32",
 "bool", ...). Python operators build expressions: `+ - * / // %` and `< <= > >=`
 (`==`/`!=` keep identity semantics so nodes can be dict keys; use `eq`/`ne`).
+
+What a code generator can rely on:
+- Index arithmetic is `INDEX` (int64). `//` and `%` floor (Python semantics:
+  -7 // 2 == -4, -7 % 2 == 1); C's `/` and `%` truncate, so emit floor division
+  unless both operands are known non-negative. `/` on integers is built as `//`;
+  a `BinOp` with op "/" is always a float division.
+- A `For` runs `var` over `range(extent)`, starting at 0; `extent` is a Python
+  int (never an expression: lowering has evaluated every bound).
+- `Select` must not perform the loads of the side not taken; `IfThenElse` guards
+  tails of uneven splits and padding.
+- A `Program`'s `params` are the kernel's buffers in call order (the op's inputs,
+  then its outputs), each a flat, C-contiguous, row-major array of `Buffer.dtype`
+  with `Buffer.shape`; the kernel writes outputs in place and returns nothing. A
+  CPU kernel receives one pointer per param, aligned to 64 bytes when the caller
+  uses `tunekit.empty` (the runner always does). `Allocate` scopes say where
+  temporaries live ("global": heap or stack, "shared": GPU block memory,
+  "local": registers).
+- `Program.attrs` is free-form metadata; the built-in lowering leaves it empty,
+  and a target must not require any key in it.
 """
 from __future__ import annotations
 

@@ -1,17 +1,15 @@
 """batch_matmul: A[B, M, K] x W[B, K, N] = C[B, M, N] (one matmul per batch index)."""
 from __future__ import annotations
 
-from pydantic import PositiveInt
-
 from .. import te
-from .op import Op, OpArgs
+from .op import Op, OpArgs, Size
 
 
 class BatchMatmulArgs(OpArgs):
-    B: PositiveInt
-    M: PositiveInt
-    N: PositiveInt
-    K: PositiveInt
+    B: Size
+    M: Size
+    N: Size
+    K: Size
 
 
 def compute(B: int, M: int, N: int, K: int, dtype: str = "float32"):

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import numpy as np
-from pydantic import BeforeValidator, Field, PositiveInt, WithJsonSchema, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from .. import ir, te
 from ..te.tensor import all_
-from .op import Op, OpArgs
+from .op import MAX_SIZE, Op, OpArgs, Size
 
 
 def pair(v) -> tuple:
@@ -24,8 +24,8 @@ def pair(v) -> tuple:
 
 def _pair_type(minimum: int):
     """An int or an (h, w) pair of ints >= `minimum`, canonically a pair (the JSON schema allows both)."""
-    item = Annotated[int, Field(ge=minimum)]
-    number = {"type": "integer", "minimum": minimum}
+    item = Annotated[int, Field(ge=minimum, le=MAX_SIZE)]
+    number = {"type": "integer", "minimum": minimum, "maximum": MAX_SIZE}
     return Annotated[tuple[item, item], BeforeValidator(pair), WithJsonSchema(
         {"anyOf": [number, {"type": "array", "items": number, "minItems": 2, "maxItems": 2}]})]
 
@@ -51,13 +51,13 @@ class WindowArgs(OpArgs):
 
 
 class Conv2dArgs(WindowArgs):
-    N: PositiveInt
-    C: PositiveInt
-    H: PositiveInt
-    W: PositiveInt
-    K_out: PositiveInt
-    R: PositiveInt
-    S: PositiveInt
+    N: Size
+    C: Size
+    H: Size
+    W: Size
+    K_out: Size
+    R: Size
+    S: Size
     stride: PositivePair = (1, 1)
     padding: NonNegativePair = (0, 0)
     dilation: PositivePair = (1, 1)

@@ -7,20 +7,19 @@ convolution stage is "depthwise_conv", a sum over (ry, rx).
 from __future__ import annotations
 
 import numpy as np
-from pydantic import PositiveInt
 
 from .. import te
 from .conv2d import NonNegativePair, PositivePair, WindowArgs, out_size, padded, pair, windows
-from .op import Op
+from .op import Op, Size
 
 
 class DepthwiseConv2dArgs(WindowArgs):
-    N: PositiveInt
-    C: PositiveInt
-    H: PositiveInt
-    W: PositiveInt
-    R: PositiveInt
-    S: PositiveInt
+    N: Size
+    C: Size
+    H: Size
+    W: Size
+    R: Size
+    S: Size
     stride: PositivePair = (1, 1)
     padding: NonNegativePair = (0, 0)
     dilation: PositivePair = (1, 1)

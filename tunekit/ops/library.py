@@ -1,7 +1,7 @@
 """The built-in operator library, contributed through the same hooks as plugins."""
 from __future__ import annotations
 
-from .._plugins import hookimpl
+from .._hookspecs import hookimpl
 from .batch_matmul import batch_matmul
 from .conv2d import conv2d
 from .depthwise_conv2d import depthwise_conv2d

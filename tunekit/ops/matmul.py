@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from .. import te
-from .op import Op, OpArgs
+from .op import Op, OpArgs, Size
 
 
 class MatmulArgs(OpArgs):
-    M: int
-    N: int
-    K: int
+    M: Size
+    N: Size
+    K: Size
 
 
 def compute(M: int, N: int, K: int, dtype: str = "float32"):

@@ -6,16 +6,26 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ArgumentError
+
+#: element types an op may be declared with (a target may support fewer: `Target.dtypes`)
+DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+#: the largest extent of any axis: index arithmetic of every target fits int64 with room to spare
+MAX_SIZE = 2**31 - 1
+#: an axis extent (a positive int up to MAX_SIZE); use it for the size fields of an op's Args
+Size = Annotated[int, Field(ge=1, le=MAX_SIZE)]
+_INT64 = 2**63
 
 
 class OpArgs(BaseModel):
     """Base of an op's argument schema (pydantic): extra keys are errors."""
     model_config = ConfigDict(extra="forbid")
-    dtype: str = "float32"
+    dtype: Literal[DTYPES] = Field("float32", description="Element type of every tensor of the op.")
 
 
 @dataclass
@@ -34,8 +44,38 @@ class Op:
     num_outputs: int = 1
 
     def canonical(self, args: dict) -> dict:
-        """Validated args with defaults filled in."""
-        return self.Args(**args).model_dump()
+        """Return the validated args with defaults filled in.
+
+        Raises:
+            ArgumentError: naming each bad field and what it must be, or a size
+                whose buffers or flop count cannot be counted in 64 bits.
+        """
+        try:
+            canon = self.Args(**args).model_dump()
+        except ValidationError as e:
+            lines = [f"args{''.join(f'.{x}' for x in err['loc'])}: {err['msg']}"
+                     + ("" if err["type"] == "missing" or not err["loc"] else f" (got {err['input']!r})")
+                     for err in e.errors()]
+            raise ArgumentError(f"op {self.name!r}: " + "; ".join(lines)) from None
+        if problem := self.too_large(canon):
+            raise ArgumentError(f"op {self.name!r}: args: {problem}")
+        return canon
+
+    def buffers(self, args: dict) -> list[tuple[str, tuple, str]]:
+        """(name, shape, dtype) of every kernel argument, inputs then outputs."""
+        return [(t.name, tuple(t.shape), t.dtype) for t in self.compute(**args)]
+
+    def buffer_bytes(self, args: dict) -> int:
+        """Bytes of all the kernel's arrays together."""
+        return sum(math.prod(shape) * np.dtype(dtype).itemsize for _, shape, dtype in self.buffers(args))
+
+    def too_large(self, args: dict) -> str:
+        """Why sizes `args` cannot be recorded (flops or bytes beyond 64 bits), else ""."""
+        flops, nbytes = self.flops(**args), self.buffer_bytes(args)
+        if flops >= _INT64 or nbytes >= _INT64:
+            return (f"{flops:.3g} flops and {nbytes:.3g} bytes of arrays do not fit 64-bit counters; "
+                    "use smaller sizes")
+        return ""
 
     def key(self, args: dict) -> str:
         """Workload key: a hash of the op name and its canonical args."""

@@ -109,7 +109,8 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "") -> Tensor:
     params = list(inspect.signature(fcompute).parameters)
     if len(params) != len(shape):
         names = [f"i{d}" for d in range(len(shape))]
-        if len(params) == 1 and inspect.signature(fcompute).parameters[params[0]].kind == inspect.Parameter.VAR_POSITIONAL:
+        kind = inspect.signature(fcompute).parameters[params[0]].kind if len(params) == 1 else None
+        if kind == inspect.Parameter.VAR_POSITIONAL:
             params = names
         else:
             raise ValueError(f"compute {name!r}: fcompute takes {len(params)} axes, shape has {len(shape)}")

@@ -66,7 +66,7 @@ class _ComponentContract:
 
     @pytest.fixture(autouse=True)
     def _null_plugin(self):
-        from .. import __version__
+        from .._version import __version__
         with plugin_registered(null_plugin, NULL_PLUGIN_NAME, ("tunekit", __version__)):
             yield
 

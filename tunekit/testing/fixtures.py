@@ -23,6 +23,6 @@ def register_tunekit_plugin() -> Iterator[Callable[..., object]]:
 def null_target_plugin() -> Iterator[object]:
     """Register `tunekit.testing.null_plugin` (NullTarget "null" and its matmul
     template) for one test; yields the plugin."""
-    from .. import __version__
+    from .._version import __version__
     with plugin_registered(null_plugin, NULL_PLUGIN_NAME, ("tunekit", __version__)) as p:
         yield p

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from .. import ir, te
-from .._plugins import hookimpl
+from .._hookspecs import hookimpl
 from ..component import Options as _Options
 from ..errors import BuildError
 from ..ir import interp
@@ -301,9 +301,9 @@ def simulated_trials(task_space, indices, failed=()) -> list:
         indices: config indices to "measure".
         failed: indices that get a build error (empty costs) instead.
     Returns:
-        `tunekit.measure.Trial`s with `.candidate` set, in the order of `indices`.
+        `tunekit.records.Trial`s with `.candidate` set, in the order of `indices`.
     """
-    from ..measure import BUILD_ERROR, Trial
+    from ..records import BUILD_ERROR, Trial
     target = task_space.target if isinstance(task_space.target, NullTarget) else NullTarget()
     settings, failed = RunSettings(repeat=3), set(failed)
     out = []

@@ -51,7 +51,9 @@ class Dialect:
         return text + "f" if dtype == "float32" else text
 
     def minmax(self, op: str, dtype: str) -> str:
-        return op if not dtype.startswith("float") else "f" + op + ("f" if self.name == "cuda" and dtype == "float32" else "")
+        if not dtype.startswith("float"):
+            return op
+        return "f" + op + ("f" if self.name == "cuda" and dtype == "float32" else "")
 
     def call(self, fn: str, dtype: str) -> str:
         if fn not in _FLOAT_FNS:
@@ -106,9 +108,10 @@ class Cuda(Dialect):
 
 class OpenCL(Dialect):
     name = "opencl"
-    types: ClassVar[dict[str, str]] = {"float32": "float", "float64": "double", "float16": "half", "int8": "char", "int16": "short",
-             "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort", "uint32": "uint",
-             "uint64": "ulong", "bool": "uchar"}   # bool is no kernel-argument type in OpenCL C
+    types: ClassVar[dict[str, str]] = {
+        "float32": "float", "float64": "double", "float16": "half", "int8": "char", "int16": "short",
+        "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort", "uint32": "uint",
+        "uint64": "ulong", "bool": "uchar"}   # bool is no kernel-argument type in OpenCL C
     vector_widths = (2, 4, 8, 16)
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     long_suffix = "L"

@@ -80,6 +80,10 @@ class CudaTarget(tunekit.Target):
         dev = self._cuda_device()
         return "sm_{}{}".format(*dev.compute_capability()) if dev is not None else "sm_90"
 
+    def memory_bytes(self) -> int | None:
+        dev = self._cuda_device()
+        return int(dev.total_memory()) if dev is not None else None
+
     def device(self) -> tunekit.DeviceInfo:
         if "info" not in self._memo:
             dev, arch = self._cuda_device(), self.arch()

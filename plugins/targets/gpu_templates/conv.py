@@ -13,8 +13,8 @@ inlined into the loads), the XI columns vectorized.
 from __future__ import annotations
 
 from tunekit import te
+from tunekit.ops import out_size, pair
 from tunekit.ops.conv2d import compute as conv_compute
-from tunekit.ops.conv2d import out_size, pair
 from tunekit.ops.depthwise_conv2d import compute as depthwise_compute
 
 from .common import bind, block_limits, cooperative_fetch, fits_block

@@ -34,7 +34,8 @@ def matmul_shared(cfg, device, M, N, K, dtype="float32"):
     cfg.define_split("tile_k", K, num_outputs=2, filter=lambda v: v[1] <= 64)
     cfg.define_knob("vec", [1, 2, 4])          # vector width of the global->shared copies and the XI columns
     cfg.define_knob("unroll_k", [False, True])
-    vec_ok = lambda c: c["vec"] == 1 or (c["tile_k"][1] % c["vec"] == 0 and c["tile_x"][2] * c["tile_x"][3] % c["vec"] == 0)
+    vec_ok = lambda c: c["vec"] == 1 or (c["tile_k"][1] % c["vec"] == 0
+                                          and c["tile_x"][2] * c["tile_x"][3] % c["vec"] == 0)
     cfg.constrain(lambda c: fits_block((c["tile_x"][2], c["tile_y"][2]), device)
                   and c["tile_y"][3] * c["tile_x"][3] <= MAX_ACC
                   and (c["tile_y"][2] * c["tile_y"][3] + c["tile_x"][2] * c["tile_x"][3]) * c["tile_k"][1] * nbytes

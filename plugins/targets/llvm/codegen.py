@@ -1,7 +1,8 @@
 """Loop IR -> LLVM IR: one module per `Program`, built with `llvmlite.ir`.
 
 The kernel is `void <program.name>(T* noalias p0, T* noalias p1, ...)` over the
-program's params (each also `align sizeof(T)` and dereferenceable for its size). Index math is int64; `//` and `%` floor. Float arithmetic
+program's params (each also `align sizeof(T)` and dereferenceable for its size).
+Index math is int64; `//` and `%` floor. Float arithmetic
 carries the `contract` fast-math flag (and `reassoc` on the combine of a
 reduction), so LLVM may form FMAs and vectorize reductions, as DESIGN allows.
 Vectorized loops are emitted as explicit `<n x T>` code (`vectorize.py`),
@@ -395,8 +396,9 @@ class Codegen:
         """Whether evaluating `e` can fault: it loads, or divides ints by a non-constant."""
         key = id(e)
         if key not in self._unsafe or self._unsafe[key][0] is not e:
-            if isinstance(e, ir.Load) or isinstance(e, ir.BinOp) and e.op in ("//", "%", "/") and not is_float(e.dtype) \
-                    and not (isinstance(e.b, ir.Const) and e.b.value != 0):
+            if isinstance(e, ir.Load) or (isinstance(e, ir.BinOp) and e.op in ("//", "%", "/")
+                                          and not is_float(e.dtype)
+                                          and not (isinstance(e.b, ir.Const) and e.b.value != 0)):
                 r = True
             else:
                 r = any(self.unsafe(c) for c in ir.children(e))

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from tunekit import ir
-from tunekit.te import bound
+from tunekit import ir, te
 
 from .support import I32, PTR, VOID, elem_bytes, mem_type, value_type
 
@@ -64,7 +63,7 @@ def lane_coef(e: ir.Expr, var: ir.Var) -> tuple[int, ir.Expr] | None:
 
 def _key(e: ir.Expr):
     """A value-equality key of an index expression (affine form when it has one)."""
-    form = bound.affine(e) if not isinstance(e, ir.Load) else None
+    form = te.affine(e) if not isinstance(e, ir.Load) else None
     if form is not None:
         return frozenset((id(k) if k is not None else None, v) for k, v in form.items() if v or k is None)
     if isinstance(e, ir.Var):

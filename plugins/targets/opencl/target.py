@@ -125,6 +125,10 @@ class OpenCLTarget(tunekit.Target):
             raise KernelLoadError(f"{self.name}: cannot run here: {why}")
         return found
 
+    def memory_bytes(self) -> int | None:
+        pd = self.cl_device()
+        return int(pd[1].global_mem_size) if pd is not None else None
+
     def device(self) -> tunekit.DeviceInfo:
         if "info" not in self._memo:
             found = self.cl_device()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 
 from tunekit import ir, te
-from tunekit.ops.conv2d import pair
+from tunekit.ops import pair
 
 
 def cdiv(a: int, b: int) -> int:

@@ -16,7 +16,7 @@ unpack to NCHW, so no micro-kernel has a bounds guard.
 from __future__ import annotations
 
 from tunekit import Template, ir, te
-from tunekit.ops.conv2d import out_size, pair
+from tunekit.ops import out_size, pair
 
 from ._common import FlatPad, cdiv, constrain_tiles, padded_splits, registers, vectorize, zero
 

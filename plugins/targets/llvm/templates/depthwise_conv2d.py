@@ -9,7 +9,7 @@ taps, with the channel's weights broadcast.
 from __future__ import annotations
 
 from tunekit import Template, te
-from tunekit.ops.conv2d import out_size, pair
+from tunekit.ops import out_size, pair
 
 from ._common import FlatPad, cdiv, constrain_tiles, padded_splits, vectorize
 

@@ -1,0 +1,45 @@
+"""Transfer learning (Eq. 4 of the paper): a global model trained on the measured
+history of other workloads on the same target and device."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from .database import Database
+from .errors import TunekitError
+
+
+def transfer(db: Database, states, target, pool=None) -> None:
+    """Train the global model of every task in `states` (tuner TaskStates) on the
+    history of other workloads (Eq. 4); `pool` lowers their configs for features."""
+    from .task import Task
+    key = states[0].key
+    rows = db.history(key.target, key.device, {s.key.workload for s in states})
+    spaces: dict = {}
+    records = []
+    for op, args, template, trial in rows:
+        k = (op, json.dumps(args, sort_keys=True), template)
+        if k not in spaces:
+            try:
+                spaces[k] = Task(op, args, template=template).bind(target, pool)
+            except TunekitError:
+                spaces[k] = None   # its op or template is no longer installed
+        if spaces[k] is not None:
+            trial.candidate = spaces[k].candidates([trial.index])[0]
+            records.append(trial)
+    if not records:
+        return
+    states[0].model.fit_history(records)
+    # one global model serves every task: copy it rather than refit (seconds each at 20k records)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "global")
+        try:
+            states[0].model.save(path)
+        except NotImplementedError:
+            path = None
+        for st in states[1:]:
+            if path:
+                st.model.load(path)
+            else:
+                st.model.fit_history(records)
