@@ -62,7 +62,8 @@ class Plugins:
     def register(self, plugin, name: str, version: tuple[str, str] = ("", "")) -> None:
         self.pm.register(plugin, name=name)
         self.versions[name] = version
-        if isinstance(plugin, types.ModuleType) and name not in CORE_PLUGINS:
+        # a spawned worker re-imports hand-registered modules by name: only real, importable ones
+        if isinstance(plugin, types.ModuleType) and name not in CORE_PLUGINS and getattr(plugin, "__spec__", None):
             self.modules[name] = plugin.__name__
         _reset_registry()
 
