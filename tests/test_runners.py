@@ -84,3 +84,21 @@ def test_local_is_the_default_runner(tmp_path):
     st = tunekit.tune([TASK], target="null", trials=8, database=str(tmp_path / "t.db"), tuning={"batch_size": 8})[0]
     r = tunekit.Recipe.from_dict({"tasks": [TASK], "target": "null"})
     assert r.measure.runner.name == "local" and st.done == 8 and st.best is not None
+
+
+def test_the_local_runner_reports_a_device_lost_with_the_kernel_that_crashed(monkeypatch):
+    from tunekit.local_runner import LocalRunner
+    from tunekit.records import RUN_ERROR
+    from tunekit.testing import NullTarget
+
+    class Crashing:
+        crashed = True
+
+        def run(self, *args):
+            return Outcome(error=RUN_ERROR, message="the kernel crashed the runner (exit code -11)")
+    runner = LocalRunner()
+    runner.target, runner._process = NullTarget(), Crashing()
+    assert runner._isolated(None, None, None, None).error == RUN_ERROR      # the device is still there
+    monkeypatch.setattr(NullTarget, "available", classmethod(lambda cls: "GPU 0 fell off the bus"))
+    out = runner._isolated(None, None, None, None)
+    assert out.error == DEVICE_LOST and "fell off the bus" in out.message and "exit code -11" in out.message

@@ -18,6 +18,8 @@ class IsolatedProcess:
     def __init__(self, warmup_s: float = 0.0):
         self.warmup_s = warmup_s
         self._proc = self._conn = None
+        #: whether the last request ended with the child killed (crash or hang)
+        self.crashed = False
 
     def _child(self):
         if self._proc is None or not self._proc.is_alive():
@@ -35,6 +37,7 @@ class IsolatedProcess:
     def run(self, target_spec: tuple[str, str], task: TaskSpec, artifact, policy: TimingPolicy) -> Outcome:
         """Check and time `artifact` of `task` on the target rebuilt from `target_spec`."""
         conn, proc = self._child(), self._proc
+        self.crashed = False
         t0 = time.perf_counter()
         conn.send((target_spec, task, artifact, policy))
         # the first request of a task also draws inputs and computes the reference
@@ -53,6 +56,7 @@ class IsolatedProcess:
                        seconds=time.perf_counter() - t0)
 
     def kill(self) -> None:
+        self.crashed = True
         if self._proc is not None:
             self._proc.kill()
             self._proc.join(5)
@@ -68,6 +72,7 @@ class IsolatedProcess:
                 pass
             self._proc.join(2)
             self.kill()
+            self.crashed = False
 
 
 def _serve(conn, modules: dict[str, str], warmup_s: float) -> None:

@@ -11,6 +11,7 @@ from ._hookspecs import hookimpl
 from ._workers import spawnable
 from .component import Options as _Options
 from .isolated import IsolatedProcess
+from .records import DEVICE_LOST, RUN_ERROR, RUN_TIMEOUT, Outcome
 from .runners import Runner, TimingPolicy
 from .timing import execute
 
@@ -33,7 +34,16 @@ class LocalRunner(Runner):
         if self._inline:
             return [self._queue.submit(execute, self.target, task, a, policy) for a in artifacts]
         spec, task_spec = self.target.spec(), task.spec()
-        return [self._queue.submit(self._process.run, spec, task_spec, a, policy) for a in artifacts]
+        return [self._queue.submit(self._isolated, spec, task_spec, a, policy) for a in artifacts]
+
+    def _isolated(self, spec, task_spec, artifact, policy: TimingPolicy) -> Outcome:
+        out = self._process.run(spec, task_spec, artifact, policy)
+        if out.error in (RUN_ERROR, RUN_TIMEOUT) and self._process.crashed:
+            # a kernel that takes its runner down is its own fault, unless the device went with it
+            why = type(self.target).available()
+            if why:
+                return Outcome(error=DEVICE_LOST, message=f"{why} (after: {out.message})", seconds=out.seconds)
+        return out
 
     def close(self) -> None:
         if hasattr(self, "_queue"):
