@@ -31,7 +31,7 @@ def main() -> None:
     recipe = Recipe.from_dict({"target": "x86", "tasks": ["matmul-1024"],
                                "measure": {"flush_cache": a.flush, "cutoff": None}}, source="bench/repeat.py")
     ts = recipe.task_objects()[0].bind(recipe.target.create())
-    db = Database(a.db)
+    db = Database(a.db, readonly=True)
     index = best_index(db, ts)
     db.close()
     if index is None:

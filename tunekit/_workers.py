@@ -5,8 +5,11 @@ hang), so everything they need travels as (component name, Options JSON) specs.
 """
 from __future__ import annotations
 
+import os
 import resource
+import signal
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -37,12 +40,17 @@ def task_space(target_spec, task_spec: TaskSpec):
     return ts
 
 
-def init_worker(max_bytes: int | None, modules: dict[str, str]) -> None:
-    """Set up a spawned worker: register the parent's hand-registered plugin
-    modules, and cap the address space so a runaway build fails alone."""
+def init_worker(max_bytes: int | None, modules: dict[str, str], parent: int) -> None:
+    """Set up a spawned worker: exit with the parent process `parent` however it
+    dies, leave Ctrl-C to the parent (which stops the worker), register the
+    parent's hand-registered plugin modules, and cap the address space so a
+    runaway build fails alone."""
     import importlib
 
     from ._plugins import plugins
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="tunekit-parent-watch").start()
     p = plugins()
     for name, module in modules.items():
         if not p.pm.has_plugin(name):
@@ -52,6 +60,14 @@ def init_worker(max_bytes: int | None, modules: dict[str, str]) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
         except (ValueError, OSError):
             pass
+
+
+def _watch_parent(parent: int, every_s: float = 0.25) -> None:
+    """Exit this process once `parent` is gone (kill -9 of the tuner leaves no orphan)."""
+    while True:
+        time.sleep(every_s)
+        if os.getppid() != parent:
+            os._exit(0)
 
 
 def build(target_spec, task_spec: TaskSpec, index: int, ts=None) -> Outcome:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, TimeoutError, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from ._workers import build, features, init_worker, main_not_reimported, spawnable
 from .records import BUILD_ERROR, BUILD_TIMEOUT, Outcome
@@ -32,7 +33,8 @@ class BuildPool:
             from ._plugins import plugins
             with main_not_reimported():
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                                 initializer=init_worker, initargs=(_WORKER_MEMORY, plugins().modules))
+                                                 initializer=init_worker,
+                                                 initargs=(_WORKER_MEMORY, plugins().modules, os.getpid()))
         return self._pool
 
     def _kill(self) -> None:
@@ -43,28 +45,51 @@ class BuildPool:
                 p.kill()
             self._pool = None
 
+    def _submit(self, calls: list[tuple]) -> list:
+        """Submit `(fn, *args)` calls; a pool broken by a worker that died while idle is replaced."""
+        for _ in range(2):
+            try:
+                with main_not_reimported():
+                    pool = self._get_pool()
+                    return [pool.submit(*c) for c in calls]
+            except BrokenProcessPool:
+                self._kill()
+        raise BrokenProcessPool("the build pool broke twice while starting")
+
     def build(self, ts, indices: list[int]) -> list[Outcome]:
         """Lower and compile configs `indices` of task space `ts`: one Outcome each
-        (the artifact, or a build error or timeout), in order."""
+        (the artifact, or a build error or timeout), in order. When a worker dies,
+        every config then in flight is built again alone, in a fresh worker: only
+        the one that kills its worker gets the build error."""
         if self.inline:
             return [build(self.spec, None, i, ts=ts) for i in indices]
         spec = ts.task.spec()
-        with main_not_reimported():
-            pool = self._get_pool()
-            futs = [pool.submit(build, self.spec, spec, i) for i in indices]
-        rounds = -(-len(indices) // self.workers)
-        done, _ = wait(futs, timeout=self.timeout_s * rounds)
-        out = []
+        futs = self._submit([(build, self.spec, spec, i) for i in indices])
+        done, _ = wait(futs, timeout=self.timeout_s * -(-len(indices) // self.workers))
+        out: list[Outcome | None] = []
         for f in futs:
-            if f in done and f.exception() is None:
-                out.append(f.result())
-            elif f in done:
-                out.append(Outcome(error=BUILD_ERROR, message=f"build worker died: {f.exception()}"))
-            else:
+            if f not in done:
                 out.append(Outcome(error=BUILD_TIMEOUT, message=f"no build within {self.timeout_s:g} s"))
-        if len(done) < len(futs) or any(f.exception() for f in done):
+            else:
+                out.append(f.result() if f.exception() is None else None)
+        if len(done) < len(futs) or None in out:
             self._kill()
+        for k, o in enumerate(out):
+            if o is None:
+                out[k] = self._build_alone(spec, indices[k])
         return out
+
+    def _build_alone(self, spec, index: int) -> Outcome:
+        (fut,) = self._submit([(build, self.spec, spec, index)])
+        try:
+            return fut.result(timeout=self.timeout_s)
+        except TimeoutError:
+            self._kill()
+            return Outcome(error=BUILD_TIMEOUT, message=f"no build within {self.timeout_s:g} s")
+        except Exception as e:   # BrokenProcessPool: the config took its worker down; or its result did not pickle
+            self._kill()
+            what = "killed its worker process" if isinstance(e, BrokenProcessPool) else "failed in its worker"
+            return Outcome(error=BUILD_ERROR, message=f"building this config {what}: {type(e).__name__}: {e}")
 
     def extract(self, ts, indices: list[int], kind: str) -> list:
         """Feature vectors of kind `kind` of configs `indices`, extracted by the workers
@@ -76,9 +101,7 @@ class BuildPool:
         n = -(-len(indices) // self.workers)
         chunks = [indices[k:k + n] for k in range(0, len(indices), n)]
         try:
-            with main_not_reimported():
-                pool = self._get_pool()
-                futs = [pool.submit(features, self.spec, spec, c, kind) for c in chunks]
+            futs = self._submit([(features, self.spec, spec, c, kind) for c in chunks])
             return [f for fut in futs for f in fut.result()]
         except Exception:   # a broken pool or a config that fails to lower: the error shows here
             self._kill()

@@ -84,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("\n".join([f"error: {lines[0]}", *(f"  {line}" for line in lines[1:])]), file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if args.debug:
             traceback.print_exc()
-        print("interrupted", file=sys.stderr)
+        print(str(e) or "interrupted", file=sys.stderr)
         return 130
 
 
@@ -237,14 +237,11 @@ def tune(args: argparse.Namespace) -> int:
 def best(args: argparse.Namespace) -> int:
     """Print the best measured config of every (workload, target, device) in a database:
     a table, then each best config in full (or in a column of the table with --wide)."""
-    import os
 
     from rich.text import Text
 
     from .database import Database
-    if not os.path.exists(args.database):
-        raise TunekitError(f"{args.database}: no such database (run `tunekit tune RECIPE` first)")
-    db = Database(args.database)
+    db = Database(args.database, readonly=True)
     try:
         rows = db.best(args.workload, args.target)
     finally:
@@ -285,7 +282,7 @@ def show(args: argparse.Namespace) -> int:
     ts = tasks[args.task].bind(recipe.target.create())
     index = args.config
     if index is None:
-        db = Database(recipe.database.path)
+        db = Database(recipe.database.path, readonly=True)
         index = best_index(db, ts)
         db.close()
         if index is None:
@@ -302,15 +299,32 @@ def show(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     """Plot the best GFLOPS found against the number of trials for every task (and
     every run, when several models or explorers ran), and print a summary table."""
-    import os
 
     from .report import report as make_report
-    if not os.path.exists(args.database):
-        raise TunekitError(f"{args.database}: no such database (run `tunekit tune RECIPE` first)")
     rows = make_report(args.database, args.png or None)
     _console().print(_table("", ["task", "trials", "best GFLOPS"], rows))
     if args.png:
         print(f"plot: {args.png}")
+    return 0
+
+
+@command("db", arg("action", choices=["import", "recover"], help="import: add a JSONL log's records to a database; "
+                  "recover: copy the readable rows of a damaged database into a new one"),
+         arg("source", help="the JSONL log (import) or the damaged database (recover)"),
+         arg("dest", help="the database to write (recover: a new file)"),
+         help="import a JSONL log, or recover a damaged database")
+def db(args: argparse.Namespace) -> int:
+    """Get trials back: `tunekit db import LOG DB` adds the log's records to DB
+    (skipping those it has, and torn lines); `tunekit db recover BAD.db NEW.db`
+    copies every readable trial of a damaged database into a new one."""
+    from .db_tools import import_log, recover
+    if args.action == "import":
+        added, dup, bad = import_log(args.source, args.dest)
+        print(f"{args.dest}: {added} trials imported from {args.source} ({dup} already there, {bad} bad lines "
+              "skipped)")
+    else:
+        got, lost = recover(args.source, args.dest)
+        print(f"{args.dest}: {got} trials recovered from {args.source} ({lost} unreadable)")
     return 0
 
 

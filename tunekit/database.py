@@ -4,11 +4,15 @@ so a killed run loses nothing and resumes without re-measuring."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import time
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from ._version import __version__
+from .errors import StorageError
 from .records import Trial
 
 FORMAT_VERSION = 1
@@ -39,6 +43,11 @@ CREATE TABLE IF NOT EXISTS trials (
 );
 CREATE INDEX IF NOT EXISTS trials_task ON trials (workload, target, device, template);
 CREATE INDEX IF NOT EXISTS trials_run ON trials (run, workload);
+CREATE TABLE IF NOT EXISTS claims (   -- configs a tuner process is about to measure (several may share a database)
+    workload TEXT NOT NULL, target TEXT NOT NULL, device TEXT NOT NULL, template TEXT NOT NULL,
+    config_index TEXT NOT NULL, run TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, timestamp REAL,
+    PRIMARY KEY (workload, target, device, template, config_index)
+);
 """
 
 
@@ -52,19 +61,42 @@ class TaskKey:
 
 
 class Database:
-    """The SQLite database of trials (table `trials`)."""
+    """The SQLite database of trials (table `trials`).
 
-    def __init__(self, path: str, log: str | None = None):
-        self.path = path
-        self.conn = sqlite3.connect(path, timeout=30)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.executescript(_SCHEMA)
-        self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
-        self.conn.commit()
-        self.log = open(log, "a") if log else None
+    Opened for writing (the tuner), it is created if missing, in WAL mode, with
+    every problem said before anything is measured: a missing or read-only
+    directory, a file that is not a tunekit database or is corrupted (never
+    overwritten), a log that cannot be written. Opened `readonly` (best, show,
+    report, apply_history_best) it is never written, so a database shipped on
+    read-only storage can be read.
+    """
 
-    def add(self, run: str, ts, trial: Trial, model: str = "", explorer: str = "") -> None:
-        """Record one trial of task space `ts` (proposed by `model` + `explorer`) and commit it."""
+    def __init__(self, path: str, log: str | None = None, *, readonly: bool = False):
+        self.path, self.readonly = str(path), readonly
+        self.conn = _connect(self.path, readonly)
+        try:
+            if readonly:
+                self.conn.execute("SELECT 1 FROM trials LIMIT 1").fetchall()
+            else:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.executescript(_SCHEMA)
+                self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
+                self.conn.commit()
+        except sqlite3.DatabaseError as e:
+            self.conn.close()
+            raise storage_error(self.path, e) from None
+        self.log = open_log(log) if log else None
+
+    def _rows(self, sql: str, params=()) -> list[tuple]:
+        """Run a query; a corrupted file is a StorageError naming it, not a traceback."""
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise storage_error(self.path, e) from None
+
+    def add(self, run: str, ts, trial: Trial, model: str = "", explorer: str = "") -> int:
+        """Record one trial of task space `ts` (proposed by `model` + `explorer`) and commit it;
+        return its row id."""
         task, target = ts.task, ts.target
         row = dict(run=run, workload=task.key, op=task.op.name, args=json.dumps(task.args, sort_keys=True),
                    workload_name=task.name, target=target.name, target_options=target.options.model_dump_json(),
@@ -74,13 +106,26 @@ class Database:
                    cost=trial.cost if trial.ok else None, error=trial.error, message=trial.message,
                    flops=task.flops, build_s=trial.build_s, run_s=trial.run_s, timestamp=trial.timestamp,
                    version=__version__)
-        self.conn.execute(f"INSERT INTO trials ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                          list(row.values()))
-        self.conn.commit()
+        rid = self.insert(row)
         if self.log:
-            self.log.write(json.dumps({"format": FORMAT_VERSION, **row, "costs": trial.costs,
-                                       "config": trial.config}) + "\n")
-            self.log.flush()
+            try:
+                self.log.write(json.dumps({"format": FORMAT_VERSION, **row, "costs": trial.costs,
+                                           "config": trial.config}) + "\n")
+                self.log.flush()
+            except OSError as e:
+                raise StorageError(f"{self.log.name}: cannot append to the log: {e.strerror or e}; the trial is "
+                                   f"in {self.path}; free space or fix the path, and rerun to resume") from None
+        return rid
+
+    def insert(self, row: dict) -> int:
+        """Insert one row of table `trials` (column -> value), commit it, return its id."""
+        try:
+            cur = self.conn.execute(f"INSERT INTO trials ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                                    list(row.values()))
+            self.conn.commit()
+            return cur.lastrowid
+        except sqlite3.DatabaseError as e:
+            raise storage_error(self.path, e) from None
 
     def trials(self, key: TaskKey) -> list[Trial]:
         """Trials of a task, oldest first."""
@@ -89,7 +134,53 @@ class Database:
         params = [key.workload, key.target, key.device, key.template]
         return [Trial(int(r[0]), json.loads(r[1]), json.loads(r[2]), r[3], r[4] or "", r[5] or 0.0, r[6] or 0.0,
                       r[7] or time.time())
-                for r in self.conn.execute(q + " ORDER BY id", params)]
+                for r in self._rows(q + " ORDER BY id", params)]
+
+    def new_trials(self, key: TaskKey, after: int = 0) -> list[tuple[int, str, Trial]]:
+        """Trials of a task recorded after row id `after` (by any process): (id, run, Trial), oldest first."""
+        q = ("SELECT id, run, config_index, config, costs, error, message, build_s, run_s, timestamp FROM trials "
+             "WHERE workload=? AND target=? AND device=? AND template=? AND id>? ORDER BY id")
+        return [(r[0], r[1], Trial(int(r[2]), json.loads(r[3]), json.loads(r[4]), r[5], r[6] or "", r[7] or 0.0,
+                                   r[8] or 0.0, r[9] or time.time()))
+                for r in self._rows(q, (key.workload, key.target, key.device, key.template, after))]
+
+    def claim(self, key: TaskKey, run: str, indices: list[int], budget: int) -> tuple[list[int], list[int]]:
+        """Claim configs of a task for measuring, atomically across processes: those
+        not measured or claimed by another live process, while the run's trials plus
+        its pending claims stay within `budget`. Claims of dead processes on this host
+        are dropped first. Returns (indices this process got, indices another process
+        measured or claimed); the rest were left out by the budget."""
+        host, me = socket.gethostname(), os.getpid()
+        task = (key.workload, key.target, key.device, key.template)
+        where = "workload=? AND target=? AND device=? AND template=?"
+        try:
+            with self.conn:   # one IMMEDIATE transaction: two processes never both take a config
+                self.conn.execute("BEGIN IMMEDIATE")
+                for (pid,) in self.conn.execute("SELECT DISTINCT pid FROM claims WHERE host=?", (host,)).fetchall():
+                    if pid != me and not _alive(pid):
+                        self.conn.execute("DELETE FROM claims WHERE host=? AND pid=?", (host, pid))
+                self.conn.execute(f"DELETE FROM claims WHERE {where} AND pid=? AND host=?", (*task, me, host))
+                done = self.conn.execute(f"SELECT COUNT(*) FROM trials WHERE {where} AND run=?",
+                                         (*task, run)).fetchone()[0]
+                pending = self.conn.execute(
+                    f"SELECT COUNT(*) FROM claims c WHERE {where} AND run=? AND NOT EXISTS (SELECT 1 FROM trials t "
+                    "WHERE t.workload=c.workload AND t.target=c.target AND t.device=c.device AND "
+                    "t.template=c.template AND t.config_index=c.config_index)", (*task, run)).fetchone()[0]
+                got, taken = [], []
+                for i in indices:
+                    if len(got) >= budget - done - pending:
+                        break
+                    measured = self.conn.execute(f"SELECT 1 FROM trials WHERE {where} AND config_index=? LIMIT 1",
+                                                 (*task, str(i))).fetchone()
+                    if measured is None and self.conn.execute(
+                            "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (*task, str(i), run, host, me, time.time())).rowcount == 1:
+                        got.append(i)
+                    else:
+                        taken.append(i)
+            return got, taken
+        except sqlite3.DatabaseError as e:
+            raise storage_error(self.path, e) from None
 
     def history(self, target: str, device: str, exclude: set[str], limit: int = 20000) -> list[tuple]:
         """Recent trials of other workloads on this target and device, for transfer:
@@ -97,7 +188,7 @@ class Database:
         q = ("SELECT op, args, template, workload, config_index, config, costs, error, message, build_s, run_s, "
              "timestamp FROM trials WHERE target=? AND device=? ORDER BY id DESC")
         out = []
-        for r in self.conn.execute(q, (target, device)):
+        for r in self._rows(q, (target, device)):
             if r[3] in exclude:
                 continue
             out.append((r[0], json.loads(r[1]), r[2], Trial(int(r[4]), json.loads(r[5]), json.loads(r[6]), r[7],
@@ -107,9 +198,8 @@ class Database:
         return out
 
     def count(self, key: TaskKey, run: str) -> int:
-        return self.conn.execute("SELECT COUNT(*) FROM trials WHERE workload=? AND target=? AND device=? "
-                                 "AND template=? AND run=?",
-                                 (key.workload, key.target, key.device, key.template, run)).fetchone()[0]
+        return self._rows("SELECT COUNT(*) FROM trials WHERE workload=? AND target=? AND device=? AND template=? "
+                          "AND run=?", (key.workload, key.target, key.device, key.template, run))[0][0]
 
     def best(self, workload: str | None = None, target: str | None = None) -> list[dict]:
         """The best trial per (workload, target, device), with its GFLOPS and trial counts."""
@@ -117,13 +207,13 @@ class Database:
                       config, MIN(cost), flops, COUNT(*), SUM(error IS NOT NULL)
                FROM trials GROUP BY workload, target, device"""
         rows = []
-        for r in self.conn.execute(q):
+        for r in self._rows(q):
             if (workload and workload not in (r[0], r[1])) or (target and target != r[4]):
                 continue
             # COUNT/SUM include failed trials; MIN(cost) ignores their NULL cost
-            best = self.conn.execute(
+            best = self._rows(
                 "SELECT config_index, config, template FROM trials WHERE workload=? AND target=? AND device=? "
-                "AND cost=? ORDER BY id LIMIT 1", (r[0], r[4], r[6], r[10])).fetchone() if r[10] else None
+                "AND cost=? ORDER BY id LIMIT 1", (r[0], r[4], r[6], r[10]))[0] if r[10] else None
             rows.append(dict(workload=r[0], name=r[1], op=r[2], args=json.loads(r[3]), target=r[4],
                              target_options=json.loads(r[5]), device=r[6],
                              template=best[2] if best else r[7], index=int(best[0]) if best else None,
@@ -137,7 +227,7 @@ class Database:
         out: dict[tuple, list] = {}
         best: dict[tuple, float] = {}
         q = "SELECT workload_name, target, model, explorer, run, cost, flops FROM trials ORDER BY id"
-        for name, target, model, explorer, run, cost, flops in self.conn.execute(q):
+        for name, target, model, explorer, run, cost, flops in self._rows(q):
             key = (name, target, model, explorer, run)
             g = flops / cost / 1e9 if cost else 0.0
             best[key] = max(best.get(key, 0.0), g)
@@ -149,3 +239,86 @@ class Database:
         self.conn.close()
         if self.log:
             self.log.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # alive, another user's
+        return True
+    return True
+
+
+def _connect(path: str, readonly: bool) -> sqlite3.Connection:
+    if readonly:
+        if not os.path.isfile(path):
+            raise StorageError(f"{path}: no such database (run `tunekit tune RECIPE` first)")
+        uri = f"file:{quote(os.path.abspath(path))}"
+        try:
+            conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=30)
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return conn
+        except sqlite3.OperationalError:
+            # read-only storage: WAL needs a writable -shm file; immutable reads the file as it is
+            return sqlite3.connect(uri + "?immutable=1", uri=True)
+        except sqlite3.DatabaseError as e:
+            raise storage_error(path, e) from None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise StorageError(f"{path}: the folder {folder} does not exist; create it or set another [database] path")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise StorageError(f"{path}: cannot write there (read-only storage or no permission); set another "
+                           "[database] path (`tunekit best` still reads it)")
+    try:
+        return sqlite3.connect(path, timeout=30)
+    except sqlite3.DatabaseError as e:
+        raise storage_error(path, e) from None
+
+
+def integrity(path: str) -> str:
+    """SQLite's verdict on the file at `path` (PRAGMA integrity_check), as one line."""
+    try:
+        conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
+        try:
+            rows = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchmany(3)]
+        finally:
+            conn.close()
+        return "; ".join(rows)
+    except sqlite3.DatabaseError as e:
+        return f"unreadable ({e})"
+
+
+def storage_error(path: str, e: sqlite3.DatabaseError) -> StorageError:
+    """The StorageError for SQLite error `e` on database `path`: what happened and the way out."""
+    text = str(e)
+    if "full" in text or "I/O error" in text:
+        return StorageError(f"{path}: cannot write any more ({text}: the disk is full, a file size limit was "
+                            "reached, or the storage fails); every trial measured before is committed; free space "
+                            "and rerun to resume")
+    if "readonly" in text or "unable to open" in text:
+        return StorageError(f"{path}: cannot write the database ({text}); set another [database] path")
+    if "no such table" in text:
+        return StorageError(f"{path}: an SQLite file, but not a tunekit database ({text}); nothing was changed in "
+                            "it; set another [database] path")
+    return StorageError(f"{path}: not a usable tunekit database: {text} (integrity check: {integrity(path)}); "
+                        f"nothing was changed in it. Copy out what is readable with `tunekit db recover {path} "
+                        "NEW.db` (or rebuild from a JSONL log: `tunekit db import LOG NEW.db`), or set another "
+                        "[database] path")
+
+
+def open_log(path: str):
+    """Open the JSONL log for appending, on a new line: a torn last line (a killed
+    writer) is ended first, so the next record is never glued onto it."""
+    try:
+        f = open(path, "a+b")
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.close()
+        return open(path, "a", encoding="utf-8")
+    except OSError as e:
+        raise StorageError(f"{path}: cannot write the log: {e.strerror or e}; fix [database] log or leave it out") \
+            from None

@@ -20,7 +20,7 @@ _local = threading.local()
 def apply_history_best(database: str):
     """Within this block, `tunekit.build` uses the best configs recorded in `database`."""
     stack = _local.__dict__.setdefault("stack", [])
-    db = Database(database)
+    db = Database(database, readonly=True)
     stack.append(db)
     try:
         yield db

@@ -36,3 +36,12 @@ class TemplateError(TunekitError):
 
 class ArgumentError(TunekitError):
     """An op's arguments, or the arrays given to a built kernel, are invalid."""
+
+
+class StorageError(TunekitError):
+    """The database or log cannot be opened, read or written (the message says why and the way out)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A tuning run stopped by Ctrl-C or SIGTERM; the message says how many trials
+    were saved. A KeyboardInterrupt (not a TunekitError), so callers' Ctrl-C handling holds."""

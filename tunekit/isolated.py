@@ -3,6 +3,7 @@ kernel that crashes or hangs costs its own trial and never the caller."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 
 from ._workers import init_worker, main_not_reimported, make_target
@@ -26,8 +27,8 @@ class IsolatedProcess:
             from ._plugins import plugins
             ctx = mp.get_context("spawn")
             parent, child = ctx.Pipe()
-            self._proc = ctx.Process(target=_serve, args=(child, plugins().modules, self.warmup_s), daemon=True,
-                                     name="tunekit-runner")
+            self._proc = ctx.Process(target=_serve, args=(child, plugins().modules, self.warmup_s, os.getpid()),
+                                     daemon=True, name="tunekit-runner")
             with main_not_reimported():
                 self._proc.start()
             child.close()
@@ -75,10 +76,10 @@ class IsolatedProcess:
             self.crashed = False
 
 
-def _serve(conn, modules: dict[str, str], warmup_s: float) -> None:
+def _serve(conn, modules: dict[str, str], warmup_s: float, parent: int) -> None:
     """The child: serve (target spec, task spec, artifact, policy) requests until None or EOF."""
     from .timing import execute
-    init_worker(None, modules)
+    init_worker(None, modules, parent)
     tasks: dict = {}
     while True:
         try:

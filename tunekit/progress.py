@@ -9,6 +9,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+BUSY = 0.25   #: a best config timed again at the end this far off was measured on a busy machine
+
 
 class TuneProgress:
     """Progress bars: trials done, best GFLOPS so far and errors, per task."""
@@ -18,7 +20,8 @@ class TuneProgress:
         # about 77 columns with a 24-character task name and 3-digit trial counts
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=10), MofNCompleteColumn(),
                             TextColumn("best {task.fields[gflops]:6.1f} GFLOPS"),
-                            TextColumn("err {task.fields[errors]}"), TextColumn("tuner {task.fields[share]:3.0%}"),
+                            TextColumn("err {task.fields[errors]}{task.fields[busy]}"),
+                            TextColumn("tuner {task.fields[share]:3.0%}"),
                             console=self.console, transient=False)
         self.ids: dict[int, int] = {}
 
@@ -26,11 +29,12 @@ class TuneProgress:
         self.bar.start()
         for st in states:
             self.ids[id(st)] = self.bar.add_task(st.ts.task.name[:24], total=budget, completed=st.done,
-                                                 gflops=st.best_gflops, errors=st.errors, share=0.0)
+                                                 gflops=st.best_gflops, errors=st.errors, share=0.0,
+                                                 busy="")
 
     def update(self, st) -> None:
         self.bar.update(self.ids[id(st)], completed=st.done, gflops=st.best_gflops, errors=st.errors,
-                        share=st.tuner_share)
+                        share=st.tuner_share, busy=f" busy {st.suspect}" if st.suspect else "")
 
     def stop(self) -> None:
         self.bar.stop()
@@ -50,4 +54,11 @@ def summary_table(states) -> Group:
                   f"{st.best_gflops:.1f}", f"{b.cost * 1e3:.3f}" if b else "-", str(st.errors),
                   f"{st.tuner_share:.0%}", st.finished or "-")
         configs.append(Text(f"{st.ts.task.name}: " + (f"#{b.index} {json.dumps(b.config)}" if b else "-")))
+        if b is not None and st.retimed is not None and abs(st.retimed / b.cost - 1) > BUSY:
+            configs.append(Text(f"  timed again at the end: {st.ts.task.flops / st.retimed / 1e9:.1f} GFLOPS "
+                                f"({st.retimed * 1e3:.3f} ms): the machine was busy while it was measured"))
+    suspect = sum(st.suspect for st in states)
+    if suspect:
+        configs.append(Text(f"machine busy: {suspect} trials suspect (their repeats kept spreading after "
+                            "re-timing); rerun on a quiet machine for figures to trust"))
     return Group(t, *configs)

@@ -28,7 +28,7 @@ def plot_curves(curves: dict, path: str, title: str = "best GFLOPS found vs tria
 
 def report(db_path: str, png: str | None) -> list[list[str]]:
     """Rows of the summary table (task, target, run, trials, best GFLOPS); writes `png` if given."""
-    db = Database(db_path)
+    db = Database(db_path, readonly=True)
     try:
         curves = db.curves()
     finally:

@@ -3,14 +3,18 @@ guided by the cost model, measure it, record it, refit the model, repeat."""
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .database import Database, TaskKey
-from .errors import TunekitError
+from .errors import Interrupted, TunekitError
 from .guard import Guard
 from .measure import Measurer
 from .records import DEVICE_LOST, Trial
+from .timing import spread
 from .transfer import transfer
 
 
@@ -33,6 +37,10 @@ class TaskState:
     propose_s: float = 0.0
     measure_s: float = 0.0
     batches: list = field(default_factory=list)   # (trials, propose s, measure s, fit s) per batch
+    suspect: int = 0               # trials of this run whose repeats still spread widely (a busy machine)
+    retimed: float | None = None   # the best config's cost timed again at the end of the run
+    last_id: int = 0               # the newest database row seen (other processes add rows too)
+    own: set = field(default_factory=set)          # row ids this process wrote
 
     @property
     def tuner_share(self) -> float:
@@ -74,10 +82,17 @@ class Tuner:
         key = TaskKey(task.key, self.target.name, ts.device.fingerprint(), ts.template.name)
         rng = random.Random(f"{self.recipe.tuning.seed}:{task.key}")
         st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng)
-        for t in db.trials(key):   # resume: every trial known for this task, from any run
-            st.add(t, False)
-        st.done = db.count(key, self.run_id)
+        self._sync(st, db)   # resume: every trial known for this task, from any run
         return st
+
+    def _sync(self, st: TaskState, db: Database) -> None:
+        """Take in the trials other processes recorded for this task since the last
+        look, and count the run's trials across processes."""
+        for rid, _, trial in db.new_trials(st.key, st.last_id):
+            st.last_id = rid
+            if rid not in st.own:   # another process's
+                st.add(trial, False)
+        st.done = db.count(st.key, self.run_id)
 
     def _propose(self, st: TaskState, n: int) -> list[int]:
         eps = self.recipe.tuning.epsilon
@@ -89,6 +104,17 @@ class Tuner:
         return picks + extra[: n - len(picks)]
 
     def run(self) -> list[TaskState]:
+        """Tune to the end of the budget. Ctrl-C or SIGTERM stops it after closing the
+        workers: `Interrupted` (a KeyboardInterrupt) says how many trials were saved."""
+        self.saved = 0
+        try:
+            with _sigterm_as_interrupt():
+                return self._run()
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted; {self.saved} trials of this run saved in {self.recipe.database.path}; "
+                              "rerun to resume") from None
+
+    def _run(self) -> list[TaskState]:
         r = self.recipe
         db = Database(r.database.path, r.database.log)
         self.guard = Guard()
@@ -118,6 +144,7 @@ class Tuner:
                 self._batch(st, db, measurer, limit)
                 if self.progress:
                     self.progress.update(st)
+            self._retime(states, measurer)
         finally:
             if measurer is not None:
                 measurer.close()
@@ -127,6 +154,14 @@ class Tuner:
         for st in states:
             st.finished = st.finished or "budget"
         return states
+
+    def _retime(self, states: list[TaskState], measurer: Measurer) -> None:
+        """Time each task's best config again before it is reported: on a machine
+        that was busy while it was measured, the two differ (shown in the summary)."""
+        for st in states:
+            if st.best is not None and st.done:
+                (again,) = measurer.measure(st.ts, [st.best.index])
+                st.retimed = again.cost if again.ok else None
 
     def _pick(self, live: list[TaskState]) -> TaskState:
         """The task whose next batch should lower the total time the most: tasks
@@ -158,14 +193,33 @@ class Tuner:
                 st.finished = "time budget"
         return bool(st.finished)
 
+    def _claimed(self, st: TaskState, db: Database, n: int, limit: int) -> list[int] | None:
+        """Propose up to `n` configs and claim them in the database (other processes
+        tuning the same task take the rest); None when the space is exhausted."""
+        for _ in range(4):
+            picks = self._propose(st, n)
+            if not picks:
+                return None
+            got, taken = db.claim(st.key, self.run_id, picks, limit)
+            st.ts.measured.update(taken)   # another process measures them: never propose them again
+            if got or not taken:
+                return got
+        return []
+
     def _batch(self, st: TaskState, db: Database, measurer: Measurer, limit: int) -> None:
+        self._sync(st, db)
         n = min(self.recipe.tuning.batch_size, limit - st.done)
+        if n <= 0:   # other processes measured this task's share meanwhile
+            return
         t0 = time.perf_counter()
-        indices = self._propose(st, n)
+        indices = self._claimed(st, db, n, limit)
         proposed = time.perf_counter() - t0
         st.propose_s += proposed
-        if not indices:
+        if indices is None:
             st.finished = "space exhausted"
+            return
+        if not indices:   # the budget is held by other processes' claims: let them measure
+            time.sleep(0.2)
             return
 
         lost: list[Trial] = []
@@ -174,7 +228,9 @@ class Tuner:
             if trial.error == DEVICE_LOST:   # not the config's fault: it stays unmeasured
                 lost.append(trial)
                 return
-            db.add(self.run_id, st.ts, trial, self.recipe.model.name, self.recipe.explorer.name)
+            st.own.add(db.add(self.run_id, st.ts, trial, self.recipe.model.name, self.recipe.explorer.name))
+            self.saved += 1
+            st.suspect += trial.ok and len(trial.costs) > 1 and spread(trial.costs) > self.recipe.measure.max_spread
             st.add(trial, True)
             self.guard.trial_measured(st.ts.task, trial)
 
@@ -195,15 +251,32 @@ class Tuner:
         st.batches.append((len(batch), proposed, measured, fitted))
 
 
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM stops a run as Ctrl-C does (workers closed, every trial kept); main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def tune(tasks, target="x86", model="random", explorer="random", *, trials: int | None = None,
-         seed: int | None = None, database: str | None = None, progress: bool = False,
+         seed: int | None = None, database: str | dict | None = None, progress: bool = False,
          **sections) -> list[TaskState]:
     """Tune `tasks` as a recipe would (library API for downstream compilers).
 
     Args:
         tasks: `tunekit.Task` objects, workload names, or recipe task dicts.
         target, model, explorer: a component name, its Options, or an instance.
-        trials, seed, database: shortcuts for tuning.trials, tuning.seed, database.path.
+        trials, seed: shortcuts for tuning.trials and tuning.seed.
+        database: the database path, or the `[database]` section as a dict (path, log).
         progress: show progress bars on stderr.
         sections: any other recipe section as a dict (tuning=..., measure=...).
     Returns:
@@ -216,9 +289,8 @@ def tune(tasks, target="x86", model="random", explorer="random", *, trials: int 
         tuning["trials"] = trials
     if seed is not None:
         tuning["seed"] = seed
-    db = dict(sections.pop("database", {}))
-    if database is not None:
-        db["path"] = database
+    db = dict(database) if isinstance(database, dict) else {} if database is None else {"path": database}
+    db = {k: v for k, v in db.items() if v is not None}
     recipe = Recipe.from_dict({"tasks": list(tasks), "target": target, "model": model, "explorer": explorer,
                                "tuning": tuning, "database": db, **sections}, source="tunekit.tune()")
     return Tuner(recipe, TuneProgress() if progress else None).run()

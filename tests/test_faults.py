@@ -1,0 +1,284 @@
+"""Faults: killed tuners leave no process behind, Ctrl-C is quiet, the build pool
+heals itself, storage errors are one clear line, and several tuners share a database."""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tunekit
+from tunekit import cli
+from tunekit.database import Database, open_log
+from tunekit.db_tools import import_log, recover
+from tunekit.errors import StorageError
+from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
+
+HERE = Path(__file__).parent
+x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
+
+
+def children(pid: int) -> set[int]:
+    """Every descendant of `pid` (from /proc)."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.add(k)
+            todo.append(k)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def count(db) -> int:
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def start_tune(tmp_path, trials=200):
+    pytest.importorskip("llvmlite")
+    db, recipe = tmp_path / "k.db", tmp_path / "r.toml"
+    recipe.write_text(f'target = "x86"\n[[tasks]]\nop = "matmul"\nargs = {{ M = 64, N = 64, K = 64 }}\n'
+                      f'[tuning]\ntrials = {trials}\nbatch_size = 4\n[measure]\nrepeat = 2\nmin_repeat_ms = 1\n'
+                      f'[database]\npath = "{db}"\n')
+    proc = subprocess.Popen([sys.executable, "-m", "tunekit", "tune", str(recipe)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while count(db) < 4 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert count(db) >= 4, proc.stderr.read() if proc.poll() is not None else "no trials in 120 s"
+    return proc, db
+
+
+def wait_gone(pids, seconds=10.0) -> set[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return {p for p in pids if alive(p)}
+
+
+@x86
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_tuner_leaves_no_process_behind(tmp_path, sig):
+    proc, db = start_tune(tmp_path)
+    kids = children(proc.pid)
+    assert len(kids) >= 2                              # build workers, the runner, the resource tracker
+    os.kill(proc.pid, sig)                             # the tuner only, not its group
+    code = proc.wait(30)
+    assert wait_gone(kids) == set()
+    if sig == signal.SIGTERM:                          # stopped like Ctrl-C: one line, every trial kept
+        err = proc.stderr.read()
+        assert code == 130 and "Traceback" not in err
+        assert err.strip().splitlines()[-1].startswith("interrupted; ") and "rerun to resume" in err
+        assert f"{count(db)} trials of this run saved" in err
+
+
+@x86
+def test_ctrl_c_in_a_terminal_is_one_quiet_line(tmp_path):
+    proc, db = start_tune(tmp_path)
+    kids = children(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)                 # what a terminal sends: the whole process group
+    code = proc.wait(30)
+    err = proc.stderr.read()
+    assert code == 130 and wait_gone(kids) == set()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert [ln for ln in err.splitlines() if ln.strip() and "━" not in ln][-1].startswith("interrupted; ")
+
+
+@x86
+def test_the_build_pool_replaces_dead_workers_and_finds_the_config_that_kills_them(tmp_path):
+    import faulty_templates
+
+    from tunekit.build_pool import BuildPool
+    tunekit.register_plugin(faulty_templates, "faulty-templates")
+    try:
+        target = tunekit.registry().component("target", "x86")()
+        ts = tunekit.Task("matmul", {"M": 16, "N": 16, "K": 16}, template="killer").bind(target)
+        pool = BuildPool(target, 2)
+        try:
+            first = pool.build(ts, [0, 2])
+            assert all(o.error is None for o in first)
+            for p in list(pool._pool._processes.values()):   # a worker dies while idle
+                os.kill(p.pid, signal.SIGKILL)
+            time.sleep(0.5)
+            out = pool.build(ts, list(range(ts.space.size)))
+        finally:
+            pool.close()
+    finally:
+        tunekit.unregister_plugin("faulty-templates")
+    killers = [i for i in range(ts.space.size) if ts.space.get(i)["x"] == 1]
+    assert [i for i, o in enumerate(out) if o.error] == killers == [1]
+    assert "killed its worker" in out[1].message
+
+
+def tune_null(db, trials=8, log=None, target="null"):
+    tunekit.register_plugin(null_plugin, NULL_PLUGIN_NAME)
+    try:
+        return tunekit.tune([{"op": "matmul", "args": {"M": 16, "N": 16, "K": 16}, "template": "null-matmul"}],
+                            target=target, trials=trials, database={"path": str(db), "log": log},
+                            tuning={"batch_size": 4})[0]
+    finally:
+        tunekit.unregister_plugin(NULL_PLUGIN_NAME)
+
+
+def digest(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "text"])
+def test_a_damaged_database_is_one_clear_error_and_left_as_it_was(tmp_path, capsys, damage):
+    db = tmp_path / "t.db"
+    tune_null(db)
+    data = db.read_bytes()
+    db.write_bytes({"truncate": data[:1500], "garbage": b"\x13" * 100 + data[100:],
+                    "text": b"not a database at all\n" * 50}[damage])
+    before = digest(db)
+    with pytest.raises(StorageError) as e:
+        tune_null(db)
+    msg = str(e.value)
+    assert msg.startswith(f"{db}: ") and "integrity check" in msg and "tunekit db recover" in msg
+    assert cli.main(["best", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert f"{db}: " in err and "Traceback" not in err and "nothing was changed" in err
+    assert digest(db) == before
+
+
+def test_unusable_paths_are_said_before_anything_runs(tmp_path):
+    with pytest.raises(StorageError, match="folder .* does not exist; create it"):
+        tune_null(tmp_path / "missing" / "t.db")
+    with pytest.raises(StorageError, match="cannot write"):
+        tune_null("/proc/tunekit-test.db")
+    with pytest.raises(StorageError, match="cannot write the log"):
+        tune_null(tmp_path / "t.db", log=str(tmp_path / "no" / "log.jsonl"))
+    with pytest.raises(StorageError, match="no such database"):
+        Database(str(tmp_path / "absent.db"), readonly=True)
+
+
+def read_everything(db: Path, index: int) -> None:
+    d = Database(str(db), readonly=True)
+    assert d.best()[0]["trials"] == 8
+    d.close()
+    assert cli.main(["best", str(db)]) == 0
+    with tunekit.apply_history_best(str(db)):
+        tunekit.register_plugin(null_plugin, NULL_PLUGIN_NAME)
+        try:
+            kernel = tunekit.build("matmul", {"M": 16, "N": 16, "K": 16}, target="null", template="null-matmul")
+        finally:
+            tunekit.unregister_plugin(NULL_PLUGIN_NAME)
+    assert kernel.tuned and kernel.config.index == index
+
+
+def test_reading_never_changes_the_database(tmp_path):
+    db = tmp_path / "t.db"
+    st = tune_null(db)
+    before = digest(db)
+    read_everything(db, st.best.index)
+    assert digest(db) == before
+
+
+def test_a_database_on_read_only_storage_is_readable(tmp_path):
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        st = tune_null(mnt / "t.db")          # WAL mode, as a tuning run leaves it
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        read_everything(mnt / "t.db", st.best.index)
+        with pytest.raises(StorageError, match="cannot write there|cannot write the database"):
+            tune_null(mnt / "t.db")
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
+def test_a_full_disk_mid_run_stops_cleanly_with_what_was_committed(tmp_path):
+    db = tmp_path / "t.db"
+    code = (f"import resource, signal, sys; sys.path.insert(0, {str(HERE)!r}); import test_faults as t; "
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            f"t.tune_null({str(db)!r}, trials=4); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (80000, 80000)); "
+            f"t.tune_null({str(db)!r}, trials=4000)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "StorageError" in p.stderr and "cannot write any more" in p.stderr
+    assert "every trial measured before is committed" in p.stderr
+    n = count(db)
+    assert 4 < n < 4000                                # what was measured before the disk filled is there
+
+
+def test_a_torn_log_line_is_ended_and_the_log_imports_back(tmp_path, capsys):
+    db, log = tmp_path / "t.db", tmp_path / "t.jsonl"
+    tune_null(db, log=str(log))
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])      # a writer killed mid-line
+    f = open_log(str(log))
+    f.write('{"next": "record"}\n')
+    f.close()
+    text = log.read_text().splitlines()
+    assert text[-2] == lines[-1][:40] and text[-1] == '{"next": "record"}'
+    assert import_log(str(log), str(tmp_path / "new.db")) == (7, 0, 2)    # the torn line and the foreign one
+    assert import_log(str(log), str(tmp_path / "new.db")) == (0, 7, 2)    # importing twice adds nothing
+    assert cli.main(["db", "import", str(log), str(tmp_path / "new.db")]) == 0
+    assert "0 trials imported" in capsys.readouterr().out
+
+
+def test_recover_copies_the_readable_rows_into_a_new_file(tmp_path):
+    db = tmp_path / "t.db"
+    tune_null(db, trials=64)
+    with sqlite3.connect(db) as c:
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = digest(db)
+    got, lost = recover(str(db), str(tmp_path / "new.db"))
+    assert (got, lost) == (64, 0) and digest(db) == before
+    with pytest.raises(StorageError, match="already exists"):
+        recover(str(db), str(tmp_path / "new.db"))
+    data = bytearray(db.read_bytes())
+    data[4096 * 3: 4096 * 3 + 200] = b"\xff" * 200       # a damaged page in the middle
+    db.write_bytes(bytes(data))
+    got, lost = recover(str(db), str(tmp_path / "new2.db"))
+    assert 0 < got < 64 or lost > 0
+
+
+def test_two_tuners_on_one_database_never_measure_a_config_twice(tmp_path):
+    db = tmp_path / "t.db"
+    procs = [subprocess.Popen([sys.executable, str(HERE / "tune_null.py"), str(db), "24"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        assert p.wait(300) == 0, p.stderr.read()
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT config_index, run FROM trials").fetchall()
+    assert len(rows) == 24 and len({r[0] for r in rows}) == 24 and len({r[1] for r in rows}) == 1
+
+
+def test_a_noisy_machine_is_said_in_the_summary(tmp_path):
+    from rich.console import Console
+
+    from tunekit.progress import summary_table
+    st = tune_null(tmp_path / "t.db", target={"name": "null", "noise": 0.5})
+    assert st.suspect > 0 and st.retimed is not None
+    out = Console(width=80, record=True, file=open(os.devnull, "w"))
+    out.print(summary_table([st]))
+    assert "machine busy: " in out.export_text()

@@ -1,0 +1,17 @@
+"""Tune a small matmul on NullTarget through the CLI (a helper the fault tests run as
+a separate process): python tests/tune_null.py DB TRIALS."""
+import sys
+
+import tunekit
+from tunekit import cli
+from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
+
+if __name__ == "__main__":
+    db, trials = sys.argv[1], sys.argv[2]
+    tunekit.register_plugin(null_plugin, NULL_PLUGIN_NAME)
+    recipe = f"{db}.toml"
+    with open(recipe, "w") as f:
+        f.write(f'target = "null"\n[[tasks]]\nop = "matmul"\nargs = {{M = 32, N = 32, K = 32}}\n'
+                f'template = "null-matmul"\n[tuning]\ntrials = {trials}\nbatch_size = 4\n'
+                f'[database]\npath = "{db}"\n')
+    sys.exit(cli.main(["tune", recipe]))
