@@ -212,7 +212,7 @@ def test_a_database_on_read_only_storage_is_readable(tmp_path):
         with pytest.raises(StorageError, match="cannot write there|cannot write the database"):
             tune_null(mnt / "t.db")
     finally:
-        subprocess.run(["umount", str(mnt)])
+        assert subprocess.run(["umount", str(mnt)]).returncode == 0, "a file on it was left open"
 
 
 def test_a_full_disk_mid_run_stops_cleanly_with_what_was_committed(tmp_path):

@@ -256,14 +256,16 @@ def _connect(path: str, readonly: bool) -> sqlite3.Connection:
         if not os.path.isfile(path):
             raise StorageError(f"{path}: no such database (run `tunekit tune RECIPE` first)")
         uri = f"file:{quote(os.path.abspath(path))}"
+        conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=30)
         try:
-            conn = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=30)
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
             return conn
         except sqlite3.OperationalError:
             # read-only storage: WAL needs a writable -shm file; immutable reads the file as it is
+            conn.close()
             return sqlite3.connect(uri + "?immutable=1", uri=True)
         except sqlite3.DatabaseError as e:
+            conn.close()
             raise storage_error(path, e) from None
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):

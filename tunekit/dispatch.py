@@ -11,6 +11,7 @@ from .component import Options
 from .database import Database, TaskKey
 from .errors import ArgumentError, TunekitError
 from .memory import ALIGN, misaligned
+from .ops.epilogue import has_epilogue
 from .task import Task
 
 _local = threading.local()
@@ -83,9 +84,14 @@ class Kernel:
 
 
 def best_index(db: Database, ts) -> int | None:
-    key = TaskKey(ts.task.key, ts.target.name, ts.device.fingerprint(), ts.template.name)
-    best = [t for t in db.trials(key) if t.ok]
-    return min(best, key=lambda t: t.cost).index if best else None
+    """The best recorded config of task space `ts`: of its exact workload, else of the
+    same op without its fused epilogue (the same space; the epilogue costs little)."""
+    for task in [ts.task, ts.task.anchor()] if has_epilogue(ts.task.args) else [ts.task]:
+        key = TaskKey(task.key, ts.target.name, ts.device.fingerprint(), ts.template.name)
+        best = [t for t in db.trials(key) if t.ok]
+        if best:
+            return min(best, key=lambda t: t.cost).index
+    return None
 
 
 def build(op: str, args: dict, target="x86", template: str | None = None) -> Kernel:

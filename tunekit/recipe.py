@@ -35,6 +35,7 @@ from .component import Component, Options
 from .errors import RecipeError
 from .explorers import Explorer
 from .models import CostModel
+from .ops.epilogue import has_epilogue
 from .recipe_errors import check_keys, error, message, path
 from .runners import Runner, TimingPolicy
 from .targets import RunSettings, Target
@@ -279,7 +280,7 @@ class Recipe(Section):
             task = spec.task()
             op = task.op.name
             try:
-                serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls)]
+                serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls, task.args)]
             except AttributeError as e:  # a target class without `family`
                 raise error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
             if why := self.target.create().check_task(task):
@@ -292,7 +293,8 @@ class Recipe(Section):
                        f"(available: {available})")
                 problems.append((("tasks", i, "template"), msg, spec.template))
             elif not serving:
-                msg = (f"no schedule template for op {op!r} on target {self.target.name!r}; "
+                fused = " that computes a fused epilogue (bias, residual, activation)" * has_epilogue(task.args)
+                msg = (f"no schedule template{fused} for op {op!r} on target {self.target.name!r}; "
                        "install a plugin that provides one")
                 problems.append((("tasks", i), msg, None))
         if problems:

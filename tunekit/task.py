@@ -12,6 +12,7 @@ from ._registry import registry
 from .errors import ArgumentError, TemplateError, TunekitError
 from .features import PROGRAM_KINDS, extract
 from .models import Candidate
+from .ops.epilogue import has_epilogue
 from .space import ConfigEntity, ConfigSpace
 
 _PARALLEL_MIN = 16   # fewer configs to lower than this: extract them here, not in workers
@@ -46,6 +47,11 @@ class Task:
     def __repr__(self) -> str:
         return f"Task({self.name})"
 
+    def anchor(self) -> Task:
+        """This task without its fused epilogue (the same config space: its records serve this task)."""
+        from .ops.epilogue import anchor_args
+        return Task(self.op.name, anchor_args(self.args), template=self.template_name)
+
     def spec(self) -> TaskSpec:
         """Plain, picklable data to rebuild this task in another process (`spec.task()`)."""
         return TaskSpec(self.op.name, tuple(sorted(self.args.items())), self.template_name)
@@ -67,9 +73,10 @@ class TaskSpec:
         return Task(self.op, dict(self.args), template=self.template)
 
 
-def pick_template(op: str, target, name: str | None = None):
-    """The template for `op` on `target`: the one named, else the highest priority."""
-    cands = [t for t in registry().templates if t.op == op and t.serves(target)]
+def pick_template(op: str, target, name: str | None = None, args: dict | None = None):
+    """The template for `op` (with `args`: one that computes their epilogue) on `target`:
+    the one named, else the highest priority."""
+    cands = [t for t in registry().templates if t.op == op and t.serves(target, args)]
     if name is not None:
         named = [t for t in cands if t.name == name]
         if not named:
@@ -77,7 +84,8 @@ def pick_template(op: str, target, name: str | None = None):
                                f"(available: {', '.join(t.name for t in cands) or 'none'})")
         return named[0]
     if not cands:
-        raise TunekitError(f"no schedule template for op {op!r} on target {target.name!r}; "
+        fused = " that computes a fused epilogue (bias, residual, activation)" if args and has_epilogue(args) else ""
+        raise TunekitError(f"no schedule template{fused} for op {op!r} on target {target.name!r}; "
                            "install a plugin that provides one")
     return max(cands, key=lambda t: t.priority)
 
@@ -91,7 +99,7 @@ class TaskSpace:
         if why := target.check_task(task):
             raise ArgumentError(why)
         self.task, self.target = task, target
-        self.template = pick_template(task.op.name, target, task.template_name)
+        self.template = pick_template(task.op.name, target, task.template_name, task.args)
         self.device = target.device()
         self.measured: set[int] = set()
         self._programs: dict[int, object] = {}

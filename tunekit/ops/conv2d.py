@@ -14,6 +14,8 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from .. import ir, te
 from ..te.tensor import all_
+from . import epilogue
+from .epilogue import Epilogue, EpilogueArgs, has_epilogue
 from .op import MAX_SIZE, Op, OpArgs, Size
 
 
@@ -50,7 +52,7 @@ class WindowArgs(OpArgs):
         return self
 
 
-class Conv2dArgs(WindowArgs):
+class Conv2dArgs(WindowArgs, EpilogueArgs):
     N: Size
     C: Size
     H: Size
@@ -86,24 +88,34 @@ def windows(x: np.ndarray, R: int, S: int, stride, padding, dilation) -> np.ndar
 
 
 def compute(N: int, C: int, H: int, W: int, K_out: int, R: int, S: int, stride=1, padding=0, dilation=1,
-            dtype: str = "float32"):
+            dtype: str = "float32", **epilogue):
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     data = te.placeholder((N, C, H, W), "data", dtype)
     weight = te.placeholder((K_out, C, R, S), "weight", dtype)
     pad = padded(data, padding)
     rc, ry, rx = te.reduce_axis(C, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
+    shape = (N, K_out, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw))
     out = te.compute(
-        (N, K_out, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)),
-        lambda n, k, y, x: te.sum(pad[n, rc, y * sh + ry * dh, x * sw + rx * dw] * weight[k, rc, ry, rx],
-                                  axis=[rc, ry, rx]),
-        name="conv")
-    return [data, weight, out]
+        shape, lambda n, k, y, x: te.sum(pad[n, rc, y * sh + ry * dh, x * sw + rx * dw] * weight[k, rc, ry, rx],
+                                         axis=[rc, ry, rx]),
+        name="conv_acc" if has_epilogue(epilogue) else "conv")
+    return [data, weight, *fused(out, K_out, dtype, epilogue, "conv")]
 
 
-def reference(data, weight, *, R, S, stride=1, padding=0, dilation=1, **_):
+def fused(out: te.Tensor, channels: int, dtype: str, epilogue: dict, name: str) -> list:
+    """The epilogue's inputs and the output: `out` itself, or a stage `name` applying the epilogue to it."""
+    if not has_epilogue(epilogue):
+        return [out]
+    epi = Epilogue(channels, out.shape, dtype, **epilogue)
+    return [*epi.inputs, te.compute(out.shape, lambda *i: epi(out[i], i), name=name)]
+
+
+def reference(data, weight, *extra, R, S, stride=1, padding=0, dilation=1, bias=False, residual=False,
+              activation="none", **_):
     win = windows(data, R, S, stride, padding, dilation)
-    out = np.tensordot(win, weight.astype(np.float64), axes=([1, 4, 5], [1, 2, 3]))   # [N, OH, OW, K_out]
-    return [out.transpose(0, 3, 1, 2).astype(data.dtype, order="C")]
+    out = np.tensordot(win, weight.astype(np.float64), axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
+    out = epilogue.reference(out, extra, bias, residual, activation)
+    return [out.astype(data.dtype, order="C")]
 
 
 def flops(N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, **_):

@@ -9,11 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
-from .conv2d import NonNegativePair, PositivePair, WindowArgs, out_size, padded, pair, windows
+from . import epilogue
+from .conv2d import NonNegativePair, PositivePair, WindowArgs, fused, out_size, padded, pair, windows
+from .epilogue import EpilogueArgs, has_epilogue
 from .op import Op, Size
 
 
-class DepthwiseConv2dArgs(WindowArgs):
+class DepthwiseConv2dArgs(WindowArgs, EpilogueArgs):
     N: Size
     C: Size
     H: Size
@@ -26,7 +28,7 @@ class DepthwiseConv2dArgs(WindowArgs):
 
 
 def compute(N: int, C: int, H: int, W: int, R: int, S: int, stride=1, padding=0, dilation=1,
-            dtype: str = "float32"):
+            dtype: str = "float32", **epi):
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     data = te.placeholder((N, C, H, W), "data", dtype)
     weight = te.placeholder((C, 1, R, S), "weight", dtype)
@@ -36,13 +38,15 @@ def compute(N: int, C: int, H: int, W: int, R: int, S: int, stride=1, padding=0,
         (N, C, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)),
         lambda n, c, y, x: te.sum(pad[n, c, y * sh + ry * dh, x * sw + rx * dw] * weight[c, 0, ry, rx],
                                   axis=[ry, rx]),
-        name="depthwise_conv")
-    return [data, weight, out]
+        name="depthwise_conv_acc" if has_epilogue(epi) else "depthwise_conv")
+    return [data, weight, *fused(out, C, dtype, epi, "depthwise_conv")]
 
 
-def reference(data, weight, *, R, S, stride=1, padding=0, dilation=1, **_):
+def reference(data, weight, *extra, R, S, stride=1, padding=0, dilation=1, bias=False, residual=False,
+              activation="none", **_):
     win = windows(data, R, S, stride, padding, dilation)
     out = np.einsum("nchwrs,crs->nchw", win, weight[:, 0].astype(np.float64))
+    out = epilogue.reference(out, extra, bias, residual, activation)
     return [out.astype(data.dtype, order="C")]
 
 

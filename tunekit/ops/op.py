@@ -50,8 +50,9 @@ class Op:
             ArgumentError: naming each bad field and what it must be, or a size
                 whose buffers or flop count cannot be counted in 64 bits.
         """
+        from .epilogue import strip_defaults
         try:
-            canon = self.Args(**args).model_dump()
+            canon = strip_defaults(self.Args(**args).model_dump())   # a plain op keeps its key
         except ValidationError as e:
             lines = [f"args{''.join(f'.{x}' for x in err['loc'])}: {err['msg']}"
                      + ("" if err["type"] == "missing" or not err["loc"] else f" (got {err['input']!r})")
@@ -115,6 +116,12 @@ class Template:
     targets: tuple
     fn: Callable[..., Any]
     priority: int = 0
+    #: whether `fn` computes a fused epilogue (takes bias, residual, activation: `tunekit.ops.epilogue`)
+    epilogue: bool = False
 
-    def serves(self, target) -> bool:
+    def serves(self, target, args: dict | None = None) -> bool:
+        """Whether this template can schedule the op on `target` (with `args`: also its epilogue)."""
+        from .epilogue import has_epilogue
+        if args is not None and has_epilogue(args) and not self.epilogue:
+            return False
         return target.name in self.targets or target.family in self.targets

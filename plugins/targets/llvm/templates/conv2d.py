@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from tunekit import Template, ir, te
 from tunekit.ops import out_size, pair
+from tunekit.ops.epilogue import Epilogue
 
 from ._common import FlatPad, cdiv, constrain_tiles, padded_splits, registers, vectorize, zero
 
 
-def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
+def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
+                  **epilogue):
     """conv2d vectorized over output pixels, with the weights read in place (OIHW, no packing).
 
     The data is padded into rows of pitch Q (a whole padded row per stride phase), so
@@ -54,13 +56,15 @@ def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dil
     def conv(n, o, t, v):
         return te.sum(fp.read(n, rc, ry, rx, t * pv + v) * weight[ir.min_(o, K_out - 1) if oco * ocr > K_out else o,
                                                                  rc, ry, rx], axis=[rc, ry, rx])
+    epi = Epilogue(K_out, (N, K_out, OH, OW), dtype, **epilogue)   # fused into the unpack
     if fp.Q == OW and pt * pv == P:   # the tiles are the output's own pixels: a contiguous unpack
         Co = te.compute((N, oco * ocr, P), lambda n, o, p: conv(n, o, 0, p), name="conv_tile")
-        out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: Co[n, k, y * OW + x], name="conv")
+        out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: epi(Co[n, k, y * OW + x], (n, k, y, x)),
+                         name="conv")
     else:   # (p // pv, p % pv) gathers, but tile extents stay whole vectors
         Co = te.compute((N, oco * ocr, pt, pv), conv, name="conv_tile")
-        out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: Co[n, k, (y * fp.Q + x) // pv, (y * fp.Q + x) % pv],
-                         name="conv")
+        out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: epi(
+            Co[n, k, (y * fp.Q + x) // pv, (y * fp.Q + x) % pv], (n, k, y, x)), name="conv")
 
     s = te.create_schedule(out)
     n, k, _, x = s[out].op.axis
@@ -83,10 +87,11 @@ def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dil
     s[Co].vectorize(cvi)
 
     fp.schedule(s, lanes)
-    return s, [data, weight, out]
+    return s, [data, weight, *epi.inputs, out]
 
 
-def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
+def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
+                 **epilogue):
     """conv2d through NCHWc packing: each task of the parallel loop computes register tiles of
     (rows x cols) output pixels x ocb output channels over the whole reduction in a local
     buffer, then unpacks them to NCHW."""
@@ -138,7 +143,9 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
         lambda n, o, y, x, oi: te.sum(Dp[n, rc, y * sh + ry * dh, x * sw + rx * dw, rci] * Wk[o, rc, ry, rx, rci, oi],
                                       axis=[rc, ry, rx, rci]),
         name="conv_tile")
-    out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: Co[n, k // ocb, y, x, k % ocb], name="conv")
+    epi = Epilogue(K_out, (N, K_out, OH, OW), dtype, **epilogue)   # fused into the unpack
+    out = te.compute((N, K_out, OH, OW), lambda n, k, y, x: epi(Co[n, k // ocb, y, x, k % ocb], (n, k, y, x)),
+                     name="conv")
 
     s = te.create_schedule(out)
     n, k, y, x = s[out].op.axis
@@ -173,11 +180,11 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     dn, dc, dhh, _, dci = s[Dp].op.axis
     s[Dp].parallel(s[Dp].fuse(dn, dc, dhh))
     vectorize(s, Dp, dci, lanes)
-    return s, [data, weight, out]
+    return s, [data, weight, *epi.inputs, out]
 
 
 _REDUCE_ORDERS = {"c-rs-ci": ("rc", "ry", "rx", "rci"), "c-ci-rs": ("rc", "rci", "ry", "rx"),
                   "rs-c-ci": ("ry", "rx", "rc", "rci")}
 
-TEMPLATES = [Template("conv2d", "direct", ("cpu",), conv2d_direct, priority=20),
-             Template("conv2d", "nchwc", ("cpu",), conv2d_nchwc, priority=10)]
+TEMPLATES = [Template("conv2d", "direct", ("cpu",), conv2d_direct, priority=20, epilogue=True),
+             Template("conv2d", "nchwc", ("cpu",), conv2d_nchwc, priority=10, epilogue=True)]

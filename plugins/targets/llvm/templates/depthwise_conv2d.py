@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from tunekit import Template, te
 from tunekit.ops import out_size, pair
+from tunekit.ops.epilogue import Epilogue
 
 from ._common import FlatPad, cdiv, constrain_tiles, padded_splits, vectorize
 
 
-def depthwise_conv2d_rows(cfg, device, N, C, H, W, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
-    """depthwise_conv2d (NCHW data, [C, 1, R, S] weights), vectorized along output rows."""
+def depthwise_conv2d_rows(cfg, device, N, C, H, W, R, S, stride=1, padding=0, dilation=1, dtype="float32",
+                          **epilogue):
+    """depthwise_conv2d (NCHW data, [C, 1, R, S] weights), vectorized along output rows; a
+    fused epilogue is applied in the copy out."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
     lanes = device.lanes(dtype)
@@ -44,7 +47,8 @@ def depthwise_conv2d_rows(cfg, device, N, C, H, W, R, S, stride=1, padding=0, di
     # the tiles cover a padded output; what lies past OH x OW is dropped by the copy out
     tile = te.compute((N, C, oho * ohr, owo * owr), lambda n, c, y, x: te.sum(
         fp.read(n, c, ry, rx, y * fp.Q + x) * weight[c, 0, ry, rx], axis=[ry, rx]), name="dw_tile")
-    out = te.compute((N, C, OH, OW), lambda n, c, y, x: tile[n, c, y, x], name="depthwise_conv")
+    epi = Epilogue(C, (N, C, OH, OW), dtype, **epilogue)
+    out = te.compute((N, C, OH, OW), lambda n, c, y, x: epi(tile[n, c, y, x], (n, c, y, x)), name="depthwise_conv")
 
     s = te.create_schedule(out)
     n, c, y, x = s[out].op.axis
@@ -64,7 +68,7 @@ def depthwise_conv2d_rows(cfg, device, N, C, H, W, R, S, stride=1, padding=0, di
     s[tile].unroll(txo)
     s[tile].vectorize(txi)
     fp.schedule(s, lanes, at=(s[out], ci) if cfg["pad_at"] == "channel" else None)
-    return s, [data, weight, out]
+    return s, [data, weight, *epi.inputs, out]
 
 
-TEMPLATES = [Template("depthwise_conv2d", "rows", ("cpu",), depthwise_conv2d_rows, priority=20)]
+TEMPLATES = [Template("depthwise_conv2d", "rows", ("cpu",), depthwise_conv2d_rows, priority=20, epilogue=True)]

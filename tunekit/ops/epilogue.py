@@ -1,0 +1,90 @@
+"""Fused epilogues: what a network layer does to a convolution's output in the same
+pass over memory: a per-output-channel bias, a residual input of the output's
+shape, and an activation (relu, relu6).
+
+An op that takes an epilogue has the `EpilogueArgs` fields; its kernel's
+parameters are the anchor's inputs, then `bias` [channels] and `residual`
+(output shape) when enabled, then the output. Args at their defaults are left
+out of the canonical args, so a plain op keeps its workload key, and the config
+space of a template never depends on the epilogue: a record tuned for the plain
+op serves every epilogue of that shape (`Task.anchor()`).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from .. import ir, te
+
+ACTIVATIONS = ("none", "relu", "relu6")
+#: the epilogue fields at their defaults (no epilogue)
+DEFAULTS = {"bias": False, "residual": False, "activation": "none"}
+
+
+class EpilogueArgs(BaseModel):
+    """The epilogue fields an op's Args class adds by subclassing this too."""
+    bias: bool = Field(False, description="Add a per-output-channel bias (one more input, of shape [channels]).")
+    residual: bool = Field(False, description="Add a residual input of the output's shape (one more input).")
+    activation: Literal[ACTIVATIONS] = Field("none", description="Apply none, relu or relu6 (min(max(x, 0), 6)) "
+                                             "last.")
+
+
+def strip_defaults(args: dict) -> dict:
+    """`args` without the epilogue fields that are at their defaults."""
+    return {k: v for k, v in args.items() if not (k in DEFAULTS and v == DEFAULTS[k])}
+
+
+def anchor_args(args: dict) -> dict:
+    """The args of the same op without any epilogue."""
+    return {k: v for k, v in args.items() if k not in DEFAULTS}
+
+
+def has_epilogue(args: dict) -> bool:
+    return any(args.get(k, d) != d for k, d in DEFAULTS.items())
+
+
+class Epilogue:
+    """The epilogue of one kernel: its extra input tensors and the expression it
+    wraps around a value of the output (used by op computes and by templates, in
+    the stage that writes the output)."""
+
+    def __init__(self, channels: int, out_shape: tuple, dtype: str, bias: bool = False, residual: bool = False,
+                 activation: str = "none", channel_axis: int = 1):
+        self.bias = te.placeholder((channels,), "bias", dtype) if bias else None
+        self.residual = te.placeholder(tuple(out_shape), "residual", dtype) if residual else None
+        self.activation, self.axis, self.dtype = activation, channel_axis, dtype
+
+    @property
+    def inputs(self) -> list:
+        """The extra kernel inputs, in parameter order (bias, then residual)."""
+        return [t for t in (self.bias, self.residual) if t is not None]
+
+    def __call__(self, value, index: tuple):
+        """`value` (of the output element at `index`) with the epilogue applied."""
+        if self.bias is not None:
+            value = value + self.bias[index[self.axis]]
+        if self.residual is not None:
+            value = value + self.residual[tuple(index)]
+        if self.activation != "none":
+            value = ir.max_(value, ir.cast(0, self.dtype))
+        if self.activation == "relu6":
+            value = ir.min_(value, ir.cast(6, self.dtype))
+        return value
+
+
+def reference(out: np.ndarray, extra: list, bias: bool = False, residual: bool = False, activation: str = "none",
+              channel_axis: int = 1) -> np.ndarray:
+    """numpy: apply the epilogue to `out` (float64 is fine), `extra` being the bias and residual arrays given."""
+    extra = list(extra)
+    if bias:
+        b = extra.pop(0).astype(np.float64)
+        out = out + b.reshape([-1 if d == channel_axis else 1 for d in range(out.ndim)])
+    if residual:
+        out = out + extra.pop(0)
+    if activation != "none":
+        out = np.maximum(out, 0)
+    if activation == "relu6":
+        out = np.minimum(out, 6)
+    return out
