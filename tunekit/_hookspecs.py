@@ -24,6 +24,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from .explorers import Explorer
+    from .frontends import Frontend
     from .models import CostModel
     from .ops import Op, Template
     from .records import Trial
@@ -69,6 +70,15 @@ def tunekit_runners() -> list[type[Runner]]:
 
     Returns:
         `tunekit.Runner` subclasses (not instances). The core provides `local`.
+    """
+
+
+@hookspec
+def tunekit_frontends() -> list[type[Frontend]]:
+    """Contribute frontends: readers of model files (`tunekit.compile_model`), chosen by file suffix.
+
+    Returns:
+        `tunekit.Frontend` subclasses (not instances). The built-in one reads ONNX.
     """
 
 

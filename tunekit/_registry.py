@@ -9,14 +9,15 @@ from ._plugins import BrokenPlugin, plugins
 from .component import Component, Options
 from .errors import PluginError, UnknownComponent
 from .explorers import Explorer
+from .frontends import Frontend
 from .models import CostModel
 from .ops import Op, Template
 from .runners import Runner
 from .targets import Target
 
 KINDS = {"target": "tunekit_targets", "cost model": "tunekit_cost_models", "explorer": "tunekit_explorers",
-         "runner": "tunekit_runners"}
-BASES = {"target": Target, "cost model": CostModel, "explorer": Explorer, "runner": Runner}
+         "runner": "tunekit_runners", "frontend": "tunekit_frontends"}
+BASES = {"target": Target, "cost model": CostModel, "explorer": Explorer, "runner": Runner, "frontend": Frontend}
 NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 

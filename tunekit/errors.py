@@ -42,6 +42,10 @@ class StorageError(TunekitError):
     """The database or log cannot be opened, read or written (the message says why and the way out)."""
 
 
+class ModelError(TunekitError):
+    """A model file cannot be read or holds what tunekit cannot run (the message names the node)."""
+
+
 class Interrupted(KeyboardInterrupt):
     """A tuning run stopped by Ctrl-C or SIGTERM; the message says how many trials
     were saved. A KeyboardInterrupt (not a TunekitError), so callers' Ctrl-C handling holds."""

@@ -37,6 +37,8 @@ class LocalRunner(Runner):
         return [self._queue.submit(self._isolated, spec, task_spec, a, policy) for a in artifacts]
 
     def _isolated(self, spec, task_spec, artifact, policy: TimingPolicy) -> Outcome:
+        if getattr(self, "_closed", False):   # taken from the queue as it was shut down: start no new process
+            return Outcome(error=RUN_ERROR, message="the runner was closed before this kernel ran")
         out = self._process.run(spec, task_spec, artifact, policy)
         if out.error in (RUN_ERROR, RUN_TIMEOUT) and self._process.crashed:
             # a kernel that takes its runner down is its own fault, unless the device went with it
@@ -47,6 +49,7 @@ class LocalRunner(Runner):
 
     def close(self) -> None:
         if hasattr(self, "_queue"):
+            self._closed = True
             self._queue.shutdown(wait=False, cancel_futures=True)
             self._process.close()   # a kernel still running is killed, which ends the queue's thread
             self._queue.shutdown(wait=True)

@@ -17,7 +17,7 @@ class TuneProgress:
 
     def __init__(self, console: Console | None = None):
         self.console = console or Console(stderr=True)
-        # about 77 columns with a 24-character task name and 3-digit trial counts
+        # about 78 columns with a 20-character task name, 3-digit trial counts and "busy N"
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=10), MofNCompleteColumn(),
                             TextColumn("best {task.fields[gflops]:6.1f} GFLOPS"),
                             TextColumn("err {task.fields[errors]}{task.fields[busy]}"),
@@ -28,7 +28,7 @@ class TuneProgress:
     def start(self, states, budget: int) -> None:
         self.bar.start()
         for st in states:
-            self.ids[id(st)] = self.bar.add_task(st.ts.task.name[:24], total=budget, completed=st.done,
+            self.ids[id(st)] = self.bar.add_task(st.ts.task.name[:20], total=budget, completed=st.done,
                                                  gflops=st.best_gflops, errors=st.errors, share=0.0,
                                                  busy="")
 
@@ -59,6 +59,6 @@ def summary_table(states) -> Group:
                                 f"({st.retimed * 1e3:.3f} ms): the machine was busy while it was measured"))
     suspect = sum(st.suspect for st in states)
     if suspect:
-        configs.append(Text(f"machine busy: {suspect} trials suspect (their repeats kept spreading after "
-                            "re-timing); rerun on a quiet machine for figures to trust"))
+        configs.append(Text(f"machine busy: {suspect} trials suspect (their repeats still spread over 25% "
+                            "after re-timing); rerun on a quiet machine for figures to trust"))
     return Group(t, *configs)

@@ -17,6 +17,9 @@ from .records import DEVICE_LOST, Trial
 from .timing import spread
 from .transfer import transfer
 
+#: repeats of one config still this far apart after re-timing: the machine was busy while it was timed
+SUSPECT_SPREAD = 0.25
+
 
 @dataclass
 class TaskState:
@@ -230,7 +233,7 @@ class Tuner:
                 return
             st.own.add(db.add(self.run_id, st.ts, trial, self.recipe.model.name, self.recipe.explorer.name))
             self.saved += 1
-            st.suspect += trial.ok and len(trial.costs) > 1 and spread(trial.costs) > self.recipe.measure.max_spread
+            st.suspect += trial.ok and len(trial.costs) > 1 and spread(trial.costs) > SUSPECT_SPREAD
             st.add(trial, True)
             self.guard.trial_measured(st.ts.task, trial)
 

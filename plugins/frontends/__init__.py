@@ -1,0 +1,1 @@
+"""Built-in frontends: readers of model files."""

@@ -1,0 +1,29 @@
+"""The `onnx` frontend: ONNX model files (`.onnx`) into tunekit graphs (needs the `onnx` extra)."""
+from __future__ import annotations
+
+import tunekit
+from tunekit.frontends import Frontend
+
+
+class OnnxFrontend(Frontend):
+    """Reads ONNX models: loaded, checked, shapes inferred; BatchNormalization folded and
+    the bias, residual add and ReLU/ReLU6 after each Conv fused into its epilogue."""
+    name = "onnx"
+    suffixes = (".onnx",)
+
+    @classmethod
+    def available(cls) -> str | None:
+        try:
+            import onnx  # noqa: F401
+        except ImportError:
+            return "onnx is not installed; install it with: pip install 'tunekit[onnx]'"
+        return None
+
+    def load(self, path: str):
+        from .convert import convert
+        return convert(path)
+
+
+@tunekit.hookimpl
+def tunekit_frontends():
+    return [OnnxFrontend]

@@ -1,0 +1,121 @@
+"""ONNX models built here with onnx.helper (seeded random weights) compile to plans of
+tunekit kernels and match onnxruntime: conv+bn+relu, a residual block, a depthwise
+block with ReLU6; unsupported nodes and wrong inputs are clear errors."""
+from __future__ import annotations
+
+import platform
+import warnings
+
+import numpy as np
+import pytest
+
+import tunekit
+from tunekit.errors import ArgumentError, ModelError
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("llvmlite")
+pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def weight(name, *shape, scale=0.3):
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def conv(x, out, w, b=None, pads=1, group=1, stride=1):
+    ins = [x, w] + ([b] if b else [])
+    return helper.make_node("Conv", ins, [out], name=out, pads=[pads] * 4, strides=[stride] * 2, group=group)
+
+
+def batchnorm(x, out, c):
+    inits = [numpy_helper.from_array(v.astype(np.float32), f"{out}.{k}") for k, v in
+             (("s", RNG.uniform(0.5, 1.5, c)), ("b", RNG.normal(0, 0.1, c)), ("m", RNG.normal(0, 0.1, c)),
+              ("v", RNG.uniform(0.5, 1.5, c)))]
+    return helper.make_node("BatchNormalization", [x] + [i.name for i in inits], [out], name=out), inits
+
+
+def model(path, nodes, inits, in_shape, out_shape, out="y"):
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, out_shape)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def conv_bn_relu(path):
+    bn, bn_inits = batchnorm("c", "bn", 8)
+    return model(path, [conv("x", "c", "w"), bn, helper.make_node("Relu", ["bn"], ["y"], name="relu")],
+                 [weight("w", 8, 3, 3, 3)] + bn_inits, [1, 3, 12, 12], [1, 8, 12, 12])
+
+
+def residual_block(path):
+    bn1, i1 = batchnorm("c1", "bn1", 8)
+    bn2, i2 = batchnorm("c2", "bn2", 8)
+    nodes = [conv("x", "c1", "w1"), bn1, helper.make_node("Relu", ["bn1"], ["r1"], name="relu1"),
+             conv("r1", "c2", "w2", "b2"), bn2, helper.make_node("Add", ["bn2", "x"], ["sum"], name="add"),
+             helper.make_node("Relu", ["sum"], ["y"], name="relu2")]
+    return model(path, nodes, [weight("w1", 8, 8, 3, 3), weight("w2", 8, 8, 3, 3), weight("b2", 8)] + i1 + i2,
+                 [1, 8, 10, 10], [1, 8, 10, 10])
+
+
+def depthwise_block(path):
+    lo, hi = numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")
+    nodes = [conv("x", "d", "wd", "bd", group=8, stride=2),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"], name="relu6"),
+             conv("d6", "y", "wp", "bp", pads=0)]
+    return model(path, nodes, [weight("wd", 8, 1, 3, 3, scale=2.0), weight("bd", 8), weight("wp", 16, 8, 1, 1),
+                               weight("bp", 16), lo, hi], [1, 8, 14, 14], [1, 16, 7, 7])
+
+
+def reference(path, x):
+    ort = pytest.importorskip("onnxruntime")
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("make", [conv_bn_relu, residual_block, depthwise_block])
+def test_small_networks_match_onnxruntime(tmp_path, make):
+    path = make(tmp_path / "m.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # no records: default configs, said by a warning
+        net = tunekit.compile_model(path, target="x86")
+    x = RNG.standard_normal(net.graph.inputs["x"][0]).astype(np.float32)
+    (y,) = net(x)
+    np.testing.assert_allclose(y, reference(path, x), rtol=1e-4, atol=1e-4)
+    (again,) = net(x)                        # buffers are reused; results are fresh arrays
+    np.testing.assert_array_equal(y, again)
+
+
+def test_fusion_and_task_extraction(tmp_path):
+    path = residual_block(tmp_path / "m.onnx")
+    graph = tunekit.network.load_graph(path)
+    assert [(n.op, n.args["bias"], n.args["residual"], n.args["activation"]) for n in graph.nodes] == [
+        ("conv2d", True, False, "relu"), ("conv2d", True, True, "relu")]     # BN folded, Add and Relu fused
+    tasks = tunekit.extract_tasks(path)
+    assert len(tasks) == 1 and tasks[0][1] == 2 and "bias" not in tasks[0][0].args   # one anchor task, twice
+
+
+def test_a_partly_tuned_model_warns_about_its_fallback_kernels(tmp_path):
+    path = depthwise_block(tmp_path / "m.onnx")
+    db = str(tmp_path / "t.db")
+    (first, _), (second, _) = tunekit.extract_tasks(path)
+    tunekit.tune([first], trials=2, database=db, measure={"repeat": 1, "min_repeat_ms": 1})
+    with pytest.warns(UserWarning, match="1 of the network's 2 kernels have no tuning record.*conv2d"):
+        net = tunekit.compile_model(path, target="x86", database=db)
+    assert net.fallback == [second.name]
+    x = RNG.standard_normal((1, 8, 14, 14)).astype(np.float32)
+    np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-4)
+    assert [r["tuned"] for r in net.profile(repeat=2)] == [True, False]
+    with pytest.raises(ArgumentError, match=r"input 'x' must be a float32 array of shape \[1, 8, 14, 14\]"):
+        net(x[:, :4])
+
+
+def test_unsupported_nodes_are_named(tmp_path):
+    nodes = [conv("x", "c", "w"), helper.make_node("MaxPool", ["c"], ["y"], name="pool1", kernel_shape=[2, 2],
+                                                   strides=[2, 2])]
+    path = model(tmp_path / "m.onnx", nodes, [weight("w", 4, 3, 3, 3)], [1, 3, 8, 8], [1, 4, 4, 4])
+    with pytest.raises(ModelError, match=r"m.onnx: node 'pool1' \(MaxPool\) is not supported \(supported: Conv"):
+        tunekit.compile_model(path)
+    with pytest.raises(ModelError, match="no frontend reads .pt files"):
+        tunekit.compile_model(str(tmp_path / "m.pt"))

@@ -1,0 +1,47 @@
+"""Networks as small graphs of tunekit ops: what a frontend makes of a model file,
+and what `tunekit.extract_tasks` and `tunekit.compile_model` read.
+
+A `Graph` has named inputs (shape, dtype), constants (numpy arrays: weights and
+biases, already in the layouts the ops declare), nodes in execution order and
+named outputs. Each node is one tunekit op call with its args (fused epilogues
+included): its `inputs` name graph inputs, constants or earlier nodes' outputs
+in the op's parameter order, and it writes one tensor, `output`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Node:
+    """One op call: `op(**args)` reading `inputs` (tensor names, in the op's parameter order) into `output`."""
+    op: str
+    args: dict
+    inputs: list[str]
+    output: str
+    name: str = ""          #: the model's name for it (e.g. the ONNX node name), for messages and profiles
+
+
+@dataclass
+class Graph:
+    """A network: inputs -> nodes -> outputs, with constant tensors."""
+    inputs: dict[str, tuple[tuple, str]]
+    constants: dict[str, np.ndarray]
+    nodes: list[Node]
+    outputs: list[str]
+    shapes: dict[str, tuple] = field(default_factory=dict)   #: every tensor's shape (inputs, constants, outputs)
+
+    def check(self) -> None:
+        """Raise ValueError if a node reads a tensor nothing produced before it."""
+        known = set(self.inputs) | set(self.constants)
+        for node in self.nodes:
+            missing = [i for i in node.inputs if i not in known]
+            if missing:
+                raise ValueError(f"node {node.name or node.output!r} ({node.op}) reads {missing}, which no input, "
+                                 "constant or earlier node provides")
+            known.add(node.output)
+        missing = [o for o in self.outputs if o not in known]
+        if missing:
+            raise ValueError(f"the graph's outputs {missing} are never computed")

@@ -1,0 +1,151 @@
+"""Whole networks: the distinct tasks of a model file, and a compiled model that runs
+it as a flat plan of tuned kernels over buffers allocated once and reused."""
+from __future__ import annotations
+
+import time
+import warnings
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+
+from ._registry import registry
+from .dispatch import Kernel, apply_history_best, build, make_component
+from .errors import ArgumentError, ModelError
+from .graph import Graph
+from .memory import empty
+from .task import Task
+
+
+def load_graph(path: str) -> Graph:
+    """Read a model file with the frontend that takes its suffix."""
+    suffix = Path(path).suffix.lower()
+    table = registry().components["frontend"]
+    for entry in table.values():
+        if suffix in entry.obj.suffixes:
+            why = entry.obj.available()
+            if why:
+                raise ModelError(f"{path}: the {entry.obj.name!r} frontend cannot run here: {why}")
+            return entry.obj().load(str(path))
+    known = ", ".join(f"{s} ({e.obj.name})" for e in table.values() for s in e.obj.suffixes) or "none"
+    raise ModelError(f"{path}: no frontend reads {suffix or 'files without a suffix'} files (installed: {known})")
+
+
+def extract_tasks(path: str) -> list[tuple[Task, int]]:
+    """Return the distinct tuning tasks of the model at `path`, each with how many times
+    the network runs it, in order of first use. Fused variants of one op and shape
+    count as one task: they share its config space and records."""
+    found: dict[str, list] = {}
+    for node in load_graph(path).nodes:
+        task = Task(node.op, node.args).anchor()
+        found.setdefault(task.key, [task, 0])[1] += 1
+    return [(t, n) for t, n in found.values()]
+
+
+class CompiledModel:
+    """A network compiled for one target: call it with its inputs (numpy arrays in the
+    model's input order, or by name) to get its outputs (fresh arrays).
+
+    Attributes:
+        graph: the Graph it runs.
+        fallback: the tasks that had no record and run a default config.
+        peak_bytes: bytes of the activation buffers (weights apart), reused across layers.
+    """
+
+    def __init__(self, graph: Graph, target, database: str | None = None):
+        self.graph, self.target = graph, target
+        kernels: dict[str, Kernel] = {}
+        with apply_history_best(database) if database else nullcontext():
+            for node in graph.nodes:
+                task = Task(node.op, node.args)
+                if task.key not in kernels:
+                    kernels[task.key] = build(node.op, node.args, target=target)
+        self.fallback = sorted({k.task.anchor().name for k in kernels.values() if not k.tuned})
+        if self.fallback:
+            warnings.warn(f"{len(self.fallback)} of the network's {len(kernels)} kernels have no tuning record and "
+                          f"run a default config: {', '.join(self.fallback)}; tune them "
+                          "(tunekit.extract_tasks lists the tasks)", stacklevel=3)
+        self._plan(kernels)
+
+    def _plan(self, kernels: dict[str, Kernel]) -> None:
+        """Allocate aligned buffers once (an activation's buffer is reused after its last reader) and
+        write the flat list of calls."""
+        g = self.graph
+        last = {}
+        for k, node in enumerate(g.nodes):
+            for name in node.inputs:
+                last[name] = k
+        arrays = {name: _aligned(value) for name, value in g.constants.items()}
+        free: dict[int, list[np.ndarray]] = {}
+        self.peak_bytes = 0
+
+        def buffer(shape: tuple) -> np.ndarray:
+            n = int(np.prod(shape))
+            raw = free.get(n, []).pop() if free.get(n) else None
+            if raw is None:
+                raw = empty((n,), "float32")
+                self.peak_bytes += raw.nbytes
+            return raw.reshape(shape)
+
+        self._inputs = {name: buffer(shape) for name, (shape, _) in g.inputs.items()}
+        arrays.update(self._inputs)
+        self.calls, self.layers = [], []
+        for k, node in enumerate(g.nodes):
+            kernel = kernels[Task(node.op, node.args).key]
+            out = buffer(kernel.params[-1][1])
+            args = [arrays[name] for name in node.inputs] + [out]
+            kernel._check(args)   # once: the plan's arrays never change
+            self.calls.append((kernel.fn, args))
+            self.layers.append((node, kernel))
+            arrays[node.output] = out
+            for name in set(node.inputs):
+                if last.get(name) == k and name not in g.constants and name not in g.outputs:
+                    free.setdefault(arrays[name].size, []).append(arrays[name].reshape(-1))
+        self._outputs = [arrays[name] for name in g.outputs]
+
+    def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
+        for name, value in {**dict(zip(self.graph.inputs, args)), **named}.items():
+            if name not in self._inputs:
+                raise ArgumentError(f"the model has no input {name!r} (inputs: {', '.join(self.graph.inputs)})")
+            buf = self._inputs[name]
+            if np.shape(value) != buf.shape or np.asarray(value).dtype != buf.dtype:
+                raise ArgumentError(f"input {name!r} must be a {buf.dtype} array of shape {list(buf.shape)}; got "
+                                    f"{np.asarray(value).dtype} of shape {list(np.shape(value))}")
+            buf[...] = value
+        if len(args) + len(named) != len(self._inputs):
+            raise ArgumentError(f"the model takes {len(self._inputs)} inputs ({', '.join(self.graph.inputs)}), "
+                                f"got {len(args) + len(named)}")
+        for fn, arrays in self.calls:
+            fn(*arrays)
+        return [o.copy() for o in self._outputs]
+
+    def profile(self, repeat: int = 10) -> list[dict]:
+        """Time every layer alone (median of `repeat` runs, after one warm-up) on the current buffers."""
+        rows = []
+        for (fn, arrays), (node, kernel) in zip(self.calls, self.layers):
+            fn(*arrays)
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn(*arrays)
+                times.append(time.perf_counter() - t0)
+            s = float(np.median(times))
+            rows.append({"layer": node.name or node.output, "op": node.op, "seconds": s,
+                         "gflops": kernel.task.flops / s / 1e9, "tuned": kernel.tuned})
+        return rows
+
+
+def _aligned(value: np.ndarray) -> np.ndarray:
+    out = empty(value.shape, "float32")
+    out[...] = value
+    return out
+
+
+def compile_model(path: str, target="x86", database: str | None = None) -> CompiledModel:
+    """Compile the model at `path` for `target` with the best configs in `database`
+    (a default config, with one warning listing them, for tasks without a record).
+
+    Returns:
+        a CompiledModel: `outputs = net(x)`.
+    """
+    return CompiledModel(load_graph(path), make_component("target", target), database)
