@@ -101,7 +101,7 @@ def test_a_partly_tuned_model_warns_about_its_fallback_kernels(tmp_path):
     db = str(tmp_path / "t.db")
     (first, _), (second, _) = tunekit.extract_tasks(path)
     tunekit.tune([first], trials=2, database=db, measure={"repeat": 1, "min_repeat_ms": 1})
-    with pytest.warns(UserWarning, match="1 of the network's 2 kernels have no tuning record.*conv2d"):
+    with pytest.warns(UserWarning, match="1 of the network's 2 tasks have no tuning record.*conv2d"):
         net = tunekit.compile_model(path, target="x86", database=db)
     assert net.fallback == [second.name]
     x = RNG.standard_normal((1, 8, 14, 14)).astype(np.float32)
@@ -119,3 +119,29 @@ def test_unsupported_nodes_are_named(tmp_path):
         tunekit.compile_model(path)
     with pytest.raises(ModelError, match="no frontend reads .pt files"):
         tunekit.compile_model(str(tmp_path / "m.pt"))
+
+
+def test_a_recipe_tunes_a_models_tasks_weighted_and_tunekit_run_runs_it(tmp_path, capsys):
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tunekit import cli
+    examples = Path(__file__).parent.parent / "examples"
+    subprocess.run([sys.executable, str(examples / "small_net.py"), str(tmp_path / "small_net.onnx")], check=True,
+                   capture_output=True)
+    recipe = tmp_path / "small_net.toml"
+    shutil.copy(examples / "small_net.toml", recipe)
+    r = tunekit.load_recipe(recipe)
+    tasks = r.task_objects()
+    assert [t.weight for t in tasks] == [1, 2, 1, 1] and len({t.key for t in tasks}) == 4
+    text = recipe.read_text().replace("trials = 32", "trials = 2").replace('"xgboost"', '"random"')
+    recipe.write_text(text.replace('path = "small_net.db"', f'path = "{tmp_path / "small_net.db"}"'))
+    assert cli.main(["tune", str(recipe)]) == 0
+    summary = capsys.readouterr().out
+    assert "network: " in summary and "ms estimated" in summary
+    assert cli.main(["run", str(tmp_path / "small_net.onnx"), "--database", str(tmp_path / "small_net.db"),
+                     "--repeat", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "ms per run" in out and "outputs match onnxruntime" in out and "fallback" not in out and err == ""

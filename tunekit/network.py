@@ -60,11 +60,12 @@ class CompiledModel:
                 task = Task(node.op, node.args)
                 if task.key not in kernels:
                     kernels[task.key] = build(node.op, node.args, target=target)
+        tasks = {k.task.anchor().name for k in kernels.values()}
         self.fallback = sorted({k.task.anchor().name for k in kernels.values() if not k.tuned})
         if self.fallback:
-            warnings.warn(f"{len(self.fallback)} of the network's {len(kernels)} kernels have no tuning record and "
-                          f"run a default config: {', '.join(self.fallback)}; tune them "
-                          "(tunekit.extract_tasks lists the tasks)", stacklevel=3)
+            warnings.warn(f"{len(self.fallback)} of the network's {len(tasks)} tasks have no tuning record and "
+                          f"run a default config: {'; '.join(self.fallback)}; tune them (a recipe task "
+                          "`model = ...` tunes them all)", stacklevel=3)
         self._plan(kernels)
 
     def _plan(self, kernels: dict[str, Kernel]) -> None:

@@ -57,6 +57,10 @@ def summary_table(states) -> Group:
         if b is not None and st.retimed is not None and abs(st.retimed / b.cost - 1) > BUSY:
             configs.append(Text(f"  timed again at the end: {st.ts.task.flops / st.retimed / 1e9:.1f} GFLOPS "
                                 f"({st.retimed * 1e3:.3f} ms): the machine was busy while it was measured"))
+    if any(st.ts.task.weight > 1 for st in states) and all(st.best for st in states):
+        total = sum(st.best.cost * st.ts.task.weight for st in states)
+        configs.append(Text(f"network: {total * 1e3:.3f} ms estimated (each task's best time x how often the "
+                            "network runs it)"))
     suspect = sum(st.suspect for st in states)
     if suspect:
         configs.append(Text(f"machine busy: {suspect} trials suspect (their repeats still spread over 25% "

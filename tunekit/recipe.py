@@ -25,6 +25,7 @@ from pydantic import (
     PlainSerializer,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     model_validator,
 )
@@ -32,7 +33,7 @@ from pydantic_core import PydanticCustomError
 
 from ._registry import registry
 from .component import Component, Options
-from .errors import RecipeError
+from .errors import RecipeError, TunekitError
 from .explorers import Explorer
 from .models import CostModel
 from .ops.epilogue import has_epilogue
@@ -150,6 +151,9 @@ class TaskSpec(Section):
     workload: str | None = Field(None, description="Named workload instead of op + args, e.g. \"resnet18.C6\".")
     template: str | None = Field(None, description="Schedule template to use; default: the highest priority one "
                                  "for the op on the target.")
+    model: str | None = Field(None, description="A model file (e.g. \"net.onnx\", relative to the recipe) instead: "
+                              "its distinct tasks, each weighted by how often the network runs it.")
+    _model_tasks: list = PrivateAttr(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -161,10 +165,12 @@ class TaskSpec(Section):
         return data
 
     @model_validator(mode="after")
-    def _resolve(self):
+    def _resolve(self, info: ValidationInfo):
         reg = registry()
+        if self.model is not None:
+            return self._network((info.context or {}).get("base", "."))
         if self.op is None and self.workload is None:
-            raise error([((), "give either op (with args) or workload", None)])
+            raise error([((), "give either op (with args), workload or model", None)])
         if self.op is not None and self.workload is not None:
             raise error([((), f"give either op or workload, not both (workload {self.workload!r} names its op)",
                            None)])
@@ -188,9 +194,24 @@ class TaskSpec(Section):
             raise error([(("args",), why, None)])
         return self
 
-    def task(self) -> Task:
-        """Return the `tunekit.Task` this entry describes."""
-        return Task(self.op, self.args, workload=self.workload, template=self.template)
+    def _network(self, base: str):
+        from .network import extract_tasks
+        if self.op is not None or self.workload is not None or self.template is not None or self.args:
+            raise error([((), "a model entry takes no op, workload, args or template (they come from the model)",
+                           None)])
+        path = Path(base) / self.model
+        self.model = str(path.resolve())   # the recipe's dict (to_dict) then validates from anywhere
+        try:
+            self._model_tasks = [Task(t.op.name, t.args, weight=n) for t, n in extract_tasks(str(path))]
+        except TunekitError as e:
+            raise error([(("model",), str(e), self.model)]) from None
+        return self
+
+    def tasks(self) -> list[Task]:
+        """Return the `tunekit.Task`s this entry describes (a model's are weighted by their counts)."""
+        if self.model is not None:
+            return list(self._model_tasks)
+        return [Task(self.op, self.args, workload=self.workload, template=self.template)]
 
 
 class TuningSection(Section):
@@ -276,8 +297,8 @@ class Recipe(Section):
     @model_validator(mode="after")
     def _templates(self):
         problems = []
-        for i, spec in enumerate(self.tasks):
-            task = spec.task()
+        for i, task in ((i, t) for i, spec in enumerate(self.tasks) for t in spec.tasks()):
+            spec = self.tasks[i]
             op = task.op.name
             try:
                 serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls, task.args)]
@@ -307,12 +328,13 @@ class Recipe(Section):
         return self._source
 
     @classmethod
-    def from_dict(cls, data: Mapping, source: str = "<dict>") -> Recipe:
+    def from_dict(cls, data: Mapping, source: str = "<dict>", base: str = ".") -> Recipe:
         """Validate a recipe given as a dict (the parsed file), against the installed plugins.
 
         Args:
             data: the sections; components may be names, tables, Options objects or instances.
             source: the name that starts each error line (the file name).
+            base: the folder that relative `model` paths of tasks start from (the recipe's).
         Returns:
             the validated Recipe.
         Raises:
@@ -322,12 +344,12 @@ class Recipe(Section):
             raise RecipeError(f"{source}: expected a table of sections at the top level, got {type(data).__name__}")
         problems = []
         try:
-            recipe = cls.model_validate(data)
+            recipe = cls.model_validate(data, context={"base": base})
         except ValidationError as e:
             problems = [(tuple(err["loc"]), message(err, "section", "")) for err in e.errors()]
         else:
             if not recipe.tasks:
-                problems = [(("tasks",), "no tasks to tune; add [[tasks]] tables with op + args, or workload")]
+                problems = [(("tasks",), "no tasks to tune; add [[tasks]] tables with op + args, workload or model")]
         if problems:
             raise RecipeError("\n".join(f"{source}: {path(loc)}: {msg}" if loc else f"{source}: {msg}"
                                         for loc, msg in problems))
@@ -336,7 +358,7 @@ class Recipe(Section):
 
     def task_objects(self) -> list[Task]:
         """Return the `tunekit.Task` of every task, in recipe order."""
-        return [t.task() for t in self.tasks]
+        return [t for spec in self.tasks for t in spec.tasks()]
 
     def to_dict(self) -> dict:
         """Return the recipe as plain data (round-trips through `from_dict`)."""
@@ -407,4 +429,4 @@ def load_recipe(path: str | Path) -> Recipe:
     data = _parse(path, text)
     if data is None:
         data = {}  # an empty YAML file
-    return Recipe.from_dict(data, source=str(path))
+    return Recipe.from_dict(data, source=str(path), base=str(path.parent))

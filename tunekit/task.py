@@ -20,10 +20,11 @@ _PARALLEL_MIN = 16   # fewer configs to lower than this: extract them here, not 
 
 class Task:
     """An op and its arguments (`Task("matmul", dict(M=..., N=..., K=...))`), or a
-    named workload (`Task(workload="resnet18.C6")`); `template` picks one by name."""
+    named workload (`Task(workload="resnet18.C6")`); `template` picks one by name;
+    `weight` is how many times a network runs it (the scheduler weighs its time by it)."""
 
     def __init__(self, op: str | None = None, args: dict | None = None, *, workload: str | None = None,
-                 template: str | None = None):
+                 template: str | None = None, weight: int = 1):
         reg = registry()
         if workload is not None:
             op, wargs = reg.workload(workload)
@@ -35,6 +36,7 @@ class Task:
         self.args = self.op.canonical(args or {})
         self.template_name = template
         self.key = self.op.key(self.args)
+        self.weight = weight
 
     @property
     def name(self) -> str:

@@ -170,7 +170,8 @@ class Tuner:
         """The task whose next batch should lower the total time the most: tasks
         first get two batches each, then the one with the largest expected gain
         per trial (recent improvement of its best time, or an optimistic share of
-        its best time while it has few trials)."""
+        its best time while it has few trials), times the task's weight: a layer
+        a network runs four times saves four times as much."""
         warm = 2 * self.recipe.tuning.batch_size
         cold = [s for s in live if s.done < warm]
         if cold:
@@ -182,7 +183,7 @@ class Tuner:
             w = min(len(s.curve) - 1, warm)
             before = s.curve[-1 - w] if w > 0 else s.curve[-1]
             recent = (before - s.curve[-1]) / w if w > 0 and before != float("inf") else 0.0
-            return max(recent, 0.5 * s.best.cost / max(1, s.done))
+            return max(recent, 0.5 * s.best.cost / max(1, s.done)) * s.ts.task.weight   # time in the network
         return max(live, key=gain)
 
     def _finished(self, st: TaskState, cap: int, t_end) -> bool:
