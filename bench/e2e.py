@@ -1,15 +1,14 @@
-"""A whole network, end to end: tunekit's tuned kernels against onnxruntime (CPU, 2
-threads) on the same ONNX file and input, measured in the same run, each side in its
-own process, alternating; plus the latency after 0, 16 and 64 (--quick: 0, 8, 16)
-trials per task, and the wall time of tuning.
+"""Whole networks, end to end: tunekit's tuned kernels against onnxruntime (CPU, all
+cores) on the same ONNX file and input, measured in the same run, each side in its
+own process, alternating; the latency after 0, 16 and 64 (--quick: 0, 8) trials per
+task, the wall time of tuning, and a per-layer table.
 
-    python bench/e2e.py [--quick] [--size 112]
+    python bench/e2e.py [--quick] [--nets resnet18,mobilenet_v2] [--size 224]
 
-The network is examples/small_net.py's (a conv-bn-relu stem, a residual block and a
-depthwise-separable block; seeded weights), written at --size x --size. ResNet-18
-and MobileNet-v2 need pooling and Gemm, which the ONNX frontend does not map yet.
-Tuning resumes from bench/results/e2e/ (xgboost + annealing, the network's tasks
-weighted by their counts).
+The networks are examples/networks.py's (ResNet-18, MobileNet-v2) and
+examples/small_net.py's, with seeded weights, written at --size x --size. Tuning
+resumes from bench/results/e2e/ (xgboost + annealing, the network's tasks weighted
+by their counts).
 """
 from __future__ import annotations
 
@@ -52,18 +51,26 @@ def ort_times(path: str) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="0, 8, 16 trials per task")
-    ap.add_argument("--size", type=int, default=112, help="input height and width")
+    ap.add_argument("--quick", action="store_true", help="0 and 8 trials per task")
+    ap.add_argument("--nets", default="resnet18,mobilenet_v2", help="resnet18, mobilenet_v2, small_net")
+    ap.add_argument("--size", type=int, default=224, help="input height and width")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "e2e"))
     a = ap.parse_args()
     print(machine_report())
     os.makedirs(a.out, exist_ok=True)
+    for net in a.nets.split(","):
+        bench(net, a.size, a.out, (8,) if a.quick else (16, 64))
+
+
+def bench(net: str, size: int, out: str, stages: tuple) -> None:
+    import networks
     from small_net import small_net
 
     import tunekit
-    path = small_net(os.path.join(a.out, f"small_net_{a.size}.onnx"), size=a.size)
-    db = os.path.join(a.out, f"small_net_{a.size}.db")
-    stages = (8, 16) if a.quick else (16, 64)
+    make = {"small_net": small_net, "resnet18": networks.resnet18, "mobilenet_v2": networks.mobilenet_v2}[net]
+    path = make(os.path.join(out, f"{net}_{size}.onnx"), size=size)
+    db = os.path.join(out, f"{net}_{size}.db")
+    print(f"\n{net} {size}x{size}:")
     curve = [("0 (default configs)", None)]
     for trials in stages:
         t0 = time.monotonic()
@@ -74,7 +81,7 @@ def main() -> None:
               f"{time.monotonic() - t0:.0f} s (resumed runs measure only what is missing)")
         curve.append((f"{trials}", db))
 
-    print(f"\nsmall_net {a.size}x{a.size}, batch 1, float32: latency (median of 3 alternating rounds, min-max)")
+    print(f"{net} {size}x{size}, batch 1, float32: latency (median of 3 alternating rounds, min-max)")
     for label, database in curve:
         r = alternate({"onnxruntime": (ort_times, (path,)), "tunekit": (tunekit_times, (path, database))})
         (ort, ort_lo, ort_hi), (tk, tk_lo, tk_hi) = r["onnxruntime"], r["tunekit"]
@@ -88,7 +95,7 @@ def main() -> None:
         net = tunekit.compile_model(path, target="x86", database=db)
     rows = net.profile(repeat=20)
     total = sum(r["seconds"] for r in rows)
-    print("\nper layer (tuned):")
+    print(f"per layer of {net} (tuned):")
     for r in rows:
         print(f"  {r['layer']:6s} {r['op']:17s} {r['seconds'] * 1e3:7.3f} ms {r['seconds'] / total:5.0%} "
               f"{r['gflops']:7.1f} GFLOPS {'tuned' if r['tuned'] else 'fallback'}")

@@ -38,10 +38,13 @@ SHAPES = {
                          {"N": 1, "C": 5, "H": 20, "W": 37, "R": 3, "S": 3, "padding": 1},
                          {"N": 1, "C": 4, "H": 11, "W": 9, "R": 3, "S": 3, "stride": (2, 1), "padding": 2,
                           "dilation": (1, 2)}],
+    "max_pool2d": [{"N": 1, "C": 3, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1},
+                   {"N": 2, "C": 4, "H": 8, "W": 7, "R": 2, "S": 2, "stride": 2}],
 }
 TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N": 5, "K": 2},
         "conv2d": {"N": 1, "C": 2, "H": 5, "W": 6, "K_out": 3, "R": 3, "S": 3, "stride": 2, "padding": 1},
-        "depthwise_conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "R": 3, "S": 3, "padding": 1}}
+        "depthwise_conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "R": 3, "S": 3, "padding": 1},
+        "max_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1}}
 WORKLOADS = {"matmul": ["matmul-1024"], "conv2d": [f"resnet18.C{i}" for i in range(1, 13)],
              "depthwise_conv2d": [f"mobilenet.D{i}" for i in range(1, 10)]}
 
@@ -103,7 +106,8 @@ def test_spaces_of_the_named_workloads(template, capsys):
 def test_default_templates():
     x86 = X86Target()
     names = {op: tunekit.Task(op, SHAPES[op][0]).bind(x86).template.name for op in SHAPES}
-    assert names == {"matmul": "packed", "batch_matmul": "packed", "conv2d": "direct", "depthwise_conv2d": "rows"}
+    assert names == {"matmul": "packed", "batch_matmul": "packed", "conv2d": "direct", "depthwise_conv2d": "rows",
+                     "max_pool2d": "rows"}
     assert {t.name for t in registry().templates if t.op == "matmul" and t.serves(x86)} >= {"tiled", "packed"}
 
 

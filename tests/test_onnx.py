@@ -112,10 +112,9 @@ def test_a_partly_tuned_model_warns_about_its_fallback_kernels(tmp_path):
 
 
 def test_unsupported_nodes_are_named(tmp_path):
-    nodes = [conv("x", "c", "w"), helper.make_node("MaxPool", ["c"], ["y"], name="pool1", kernel_shape=[2, 2],
-                                                   strides=[2, 2])]
-    path = model(tmp_path / "m.onnx", nodes, [weight("w", 4, 3, 3, 3)], [1, 3, 8, 8], [1, 4, 4, 4])
-    with pytest.raises(ModelError, match=r"m.onnx: node 'pool1' \(MaxPool\) is not supported \(supported: Conv"):
+    nodes = [conv("x", "c", "w"), helper.make_node("Softmax", ["c"], ["y"], name="soft1", axis=1)]
+    path = model(tmp_path / "m.onnx", nodes, [weight("w", 4, 3, 3, 3)], [1, 3, 8, 8], [1, 4, 8, 8])
+    with pytest.raises(ModelError, match=r"m.onnx: node 'soft1' \(Softmax\) is not supported \(supported: Conv"):
         tunekit.compile_model(path)
     with pytest.raises(ModelError, match="no frontend reads .pt files"):
         tunekit.compile_model(str(tmp_path / "m.pt"))
@@ -145,3 +144,46 @@ def test_a_recipe_tunes_a_models_tasks_weighted_and_tunekit_run_runs_it(tmp_path
                      "--repeat", "2"]) == 0
     out, err = capsys.readouterr()
     assert "ms per run" in out and "outputs match onnxruntime" in out and "fallback" not in out and err == ""
+
+
+def pool_and_head(path):
+    nodes = [conv("x", "c", "w", "b"), helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["p"], ["a"], name="avg", kernel_shape=[2, 2], strides=[1, 1]),
+             helper.make_node("GlobalAveragePool", ["a"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat", axis=1),
+             helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], name="fc", transB=1)]
+    return model(path, nodes, [weight("w", 8, 3, 3, 3), weight("b", 8), weight("fc", 10, 8), weight("fcb", 10)],
+                 [1, 3, 16, 16], [1, 10])
+
+
+def test_pooling_flatten_and_gemm_match_onnxruntime(tmp_path):
+    path = pool_and_head(tmp_path / "m.onnx")
+    graph = tunekit.network.load_graph(path)
+    assert [n.op for n in graph.nodes] == ["conv2d", "max_pool2d", "depthwise_conv2d", "depthwise_conv2d", "conv2d"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = tunekit.compile_model(path)
+    x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    (y,) = net(x)
+    assert y.shape == (1, 10)
+    np.testing.assert_allclose(y, reference(path, x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_resnet18_and_mobilenet_v2_run_and_match_onnxruntime(tmp_path, name):
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("networks", Path(__file__).parent.parent / "examples" / "networks.py")
+    networks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(networks)
+    path = getattr(networks, name)(str(tmp_path / f"{name}.onnx"), size=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = tunekit.compile_model(path)
+    x = RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)
+    (y,) = net(x)
+    ref = reference(path, x)
+    assert y.shape == (1, 1000)
+    np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-4 * np.abs(ref).max())

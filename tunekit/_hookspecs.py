@@ -92,8 +92,8 @@ def tunekit_templates() -> list[Template]:
         Among the templates serving an op on a target, a task uses the one it
         names, else the highest priority (ties: the first registered). Built-in
         priorities: CPU (x86, arm-cpu) 20 for each op's default (matmul `packed`,
-        batch_matmul `packed`, conv2d `direct`, depthwise_conv2d `rows`) and 10
-        for alternatives (matmul `tiled`, conv2d `nchwc`); GPU (cuda, opencl,
+        batch_matmul `packed`, conv2d `direct`, depthwise_conv2d `rows`, max_pool2d
+        `rows`) and 10 for alternatives (matmul `tiled`, conv2d `nchwc`); GPU (cuda, opencl,
         mali) 10 for `gpu`, 5 for `shared` and `register`. A plugin outranks a
         built-in default with a priority above 20 (`tunekit plugins` lists them).
     """

@@ -94,7 +94,8 @@ class CompiledModel:
         for k, node in enumerate(g.nodes):
             kernel = kernels[Task(node.op, node.args).key]
             out = buffer(kernel.params[-1][1])
-            args = [arrays[name] for name in node.inputs] + [out]
+            # a tensor may be read in another shape of the same size (a Flatten before a Gemm): a view
+            args = [arrays[name].reshape(shape) for name, (_, shape, _) in zip(node.inputs, kernel.params)] + [out]
             kernel._check(args)   # once: the plan's arrays never change
             self.calls.append((kernel.fn, args))
             self.layers.append((node, kernel))
@@ -102,7 +103,8 @@ class CompiledModel:
             for name in set(node.inputs):
                 if last.get(name) == k and name not in g.constants and name not in g.outputs:
                     free.setdefault(arrays[name].size, []).append(arrays[name].reshape(-1))
-        self._outputs = [arrays[name] for name in g.outputs]
+        shapes = g.output_shapes or [arrays[name].shape for name in g.outputs]
+        self._outputs = [arrays[name].reshape(shape) for name, shape in zip(g.outputs, shapes)]
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
         for name, value in {**dict(zip(self.graph.inputs, args)), **named}.items():

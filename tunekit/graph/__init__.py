@@ -32,6 +32,8 @@ class Graph:
     nodes: list[Node]
     outputs: list[str]
     shapes: dict[str, tuple] = field(default_factory=dict)   #: every tensor's shape (inputs, constants, outputs)
+    #: the shape each output is returned in (a node may compute it in another shape of the same size)
+    output_shapes: list[tuple] = field(default_factory=list)
 
     def check(self) -> None:
         """Raise ValueError if a node reads a tensor nothing produced before it."""

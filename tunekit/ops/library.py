@@ -6,12 +6,13 @@ from .batch_matmul import batch_matmul
 from .conv2d import conv2d
 from .depthwise_conv2d import depthwise_conv2d
 from .matmul import matmul
+from .pool import max_pool2d
 from .workloads import workloads
 
 
 @hookimpl
 def tunekit_ops():
-    return [matmul, batch_matmul, conv2d, depthwise_conv2d]
+    return [matmul, batch_matmul, conv2d, depthwise_conv2d, max_pool2d]
 
 
 @hookimpl

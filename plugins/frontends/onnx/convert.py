@@ -7,7 +7,8 @@ import numpy as np
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node
 
-SUPPORTED = "Conv (group 1 or depthwise), and after a Conv: BatchNormalization, Add (bias or residual), Relu, " \
+SUPPORTED = "Conv (group 1 or depthwise), Gemm, MaxPool, GlobalAveragePool, AveragePool (no padding), Flatten, " \
+            "Reshape (to [N, -1]); and after a Conv or Gemm: BatchNormalization, Add (bias or residual), Relu, " \
             "Clip(0, 6)"
 
 
@@ -49,7 +50,8 @@ def convert(path: str) -> Graph:
     b = _Builder(path, consts, shapes, uses)
     for n in g.node:
         b.add(n)
-    graph = Graph(inputs, b.consts, [f.node() for f in b.nodes], [o.name for o in g.output], shapes)
+    graph = Graph(inputs, b.consts, [f.node() for f in b.nodes], [b.name(o.name) for o in g.output], shapes,
+                  [shapes[o.name] for o in g.output])
     graph.check()
     return graph
 
@@ -67,11 +69,22 @@ class _Fused:
         return Node(self.op, args, inputs, self.output, self.name)
 
 
+class _Plain:
+    """An op with no epilogue (pooling)."""
+
+    def __init__(self, op, args, inputs, output, name):
+        self.node = lambda: Node(op, args, inputs, output, name)
+
+
 class _Builder:
     def __init__(self, path, consts, shapes, uses):
         self.path, self.consts, self.shapes, self.uses = path, dict(consts), shapes, uses
-        self.nodes: list[_Fused] = []
+        self.nodes: list = []
         self.by_output: dict[str, _Fused] = {}
+        self.alias: dict[str, str] = {}   # Flatten/Reshape outputs: the same bytes under another shape
+
+    def name(self, tensor: str) -> str:
+        return self.alias.get(tensor, tensor)
 
     def fail(self, n, why: str = "") -> ModelError:
         return ModelError(f"{self.path}: node {n.name or n.output[0]!r} ({n.op_type}) is not supported"
@@ -83,11 +96,15 @@ class _Builder:
         return key
 
     def add(self, n) -> None:
-        if n.op_type == "Conv":
-            return self.conv(n)
-        f = self.by_output.get(n.input[0]) if n.input else None
-        if n.op_type == "Add" and f is None and len(n.input) == 2:
-            f = self.by_output.get(n.input[1])
+        n = _Renamed(n, self.name)
+        own = {"Conv": self.conv, "Gemm": self.gemm, "MaxPool": self.maxpool, "GlobalAveragePool": self.average,
+               "AveragePool": self.average, "Flatten": self.flatten, "Reshape": self.flatten}
+        if n.op_type in own:
+            return own[n.op_type](n)
+        # an Add fuses into the later of its two producers, so that the other operand is computed before it
+        ins = n.input if n.op_type == "Add" else n.input[:1]
+        cands = [self.by_output[i] for i in ins if i in self.by_output and self.uses.get(i, 0) == 1]
+        f = max(cands, key=self.nodes.index) if cands else self.by_output.get(n.input[0]) if n.input else None
         if f is None or self.uses.get(f.output, 0) != 1:
             raise self.fail(n, "it does not follow a Conv whose output it alone reads" if n.op_type in
                             ("BatchNormalization", "Add", "Relu", "Clip") else "")
@@ -126,6 +143,58 @@ class _Builder:
         self.nodes.append(f)
         self.by_output[f.output] = f
 
+    def gemm(self, n) -> None:
+        a = _attrs(n)
+        x, w = n.input[0], n.input[1]
+        shape = self.shapes[n.input[0]]   # [1, K], or [1, K, 1, 1] read through a Flatten
+        M, K = shape[0], int(np.prod(shape[1:]))
+        if M != 1 or w not in self.consts or a.get("transA", 0) or a.get("alpha", 1.0) != 1 or \
+                a.get("beta", 1.0) != 1:
+            raise self.fail(n, "only a Gemm of a [1, K] input and constant weights, alpha = beta = 1")
+        weight = self.consts[w] if a.get("transB", 0) else self.consts[w].T   # [out, in]
+        bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
+        if bias is not None and (bias not in self.consts or self.consts[bias].size != weight.shape[0]):
+            raise self.fail(n, "its bias is not a constant of [out] values")
+        args = dict(N=1, C=K, H=1, W=1, K_out=weight.shape[0], R=1, S=1, stride=(1, 1), padding=(0, 0),
+                    dilation=(1, 1), dtype="float32", activation="none")   # a 1x1 convolution of a 1x1 image
+        f = _Fused("conv2d", args, x, self.const(w + "/oihw", weight.reshape(*weight.shape, 1, 1)),
+                   self.const(bias + "/flat", self.consts[bias].reshape(-1)) if bias else None, n.output[0], n.name)
+        self.nodes.append(f)
+        self.by_output[f.output] = f
+
+    def maxpool(self, n) -> None:
+        a = _attrs(n)
+        N, C, H, W = self.shapes[n.input[0]]
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        if len(n.output) > 1 or a.get("ceil_mode", 0) or pads[:2] != pads[2:] or \
+                a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            raise self.fail(n, "only floor mode with symmetric explicit padding and one output")
+        (R, S) = a["kernel_shape"]
+        args = dict(N=N, C=C, H=H, W=W, R=R, S=S, stride=tuple(a.get("strides", [1, 1])), padding=tuple(pads[:2]),
+                    dilation=tuple(a.get("dilations", [1, 1])), dtype="float32")
+        self.nodes.append(_Plain("max_pool2d", args, [n.input[0]], n.output[0], n.name))
+
+    def average(self, n) -> None:
+        """Average pooling as a depthwise convolution with constant weights 1 / window."""
+        a = _attrs(n)
+        N, C, H, W = self.shapes[n.input[0]]
+        R, S = (H, W) if n.op_type == "GlobalAveragePool" else a["kernel_shape"]
+        if any(a.get("pads", [0])) or a.get("ceil_mode", 0):
+            raise self.fail(n, "only AveragePool without padding (floor mode)")
+        strides = (1, 1) if n.op_type == "GlobalAveragePool" else tuple(a.get("strides", [1, 1]))
+        args = dict(N=N, C=C, H=H, W=W, R=R, S=S, stride=strides, padding=(0, 0), dilation=(1, 1),
+                    dtype="float32", activation="none")
+        weight = self.const(n.output[0] + "/mean", np.full((C, 1, R, S), 1.0 / (R * S)))
+        f = _Fused("depthwise_conv2d", args, n.input[0], weight, None, n.output[0], n.name)
+        self.nodes.append(f)
+        self.by_output[f.output] = f
+
+    def flatten(self, n) -> None:
+        shape, out = self.shapes[n.input[0]], self.shapes[n.output[0]]
+        if len(out) != 2 or out[0] != shape[0]:
+            raise self.fail(n, f"only a reshape to [N, -1] (here {list(shape)} -> {list(out)})")
+        self.alias[n.output[0]] = n.input[0]   # the same bytes: no copy
+
     def batchnorm(self, n, f: _Fused) -> None:
         if f.residual is not None or f.args["activation"] != "none" or any(i not in self.consts for i in n.input[1:]):
             raise self.fail(n, "only a BatchNormalization with constant parameters right after a Conv is folded")
@@ -161,3 +230,13 @@ class _Builder:
         if (lo, hi) != (0, 6) or f.args["activation"] != "none":
             raise self.fail(n, f"Clip({lo}, {hi}); only Clip(0, 6) (ReLU6) is fused")
         f.args["activation"] = "relu6"
+
+
+class _Renamed:
+    """An ONNX node whose inputs are read through the alias table (Flatten outputs are their inputs)."""
+
+    def __init__(self, node, name):
+        self._node, self.input = node, [name(i) for i in node.input]
+
+    def __getattr__(self, attr):
+        return getattr(self._node, attr)
