@@ -92,14 +92,14 @@ def bench(net: str, size: int, out: str, stages: tuple) -> None:
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        net = tunekit.compile_model(path, target="x86", database=db)
-    rows = net.profile(repeat=20)
+        model = tunekit.compile_model(path, target="x86", database=db)
+    rows = model.profile(repeat=20)
     total = sum(r["seconds"] for r in rows)
     print(f"per layer of {net} (tuned):")
     for r in rows:
         print(f"  {r['layer']:6s} {r['op']:17s} {r['seconds'] * 1e3:7.3f} ms {r['seconds'] / total:5.0%} "
               f"{r['gflops']:7.1f} GFLOPS {'tuned' if r['tuned'] else 'fallback'}")
-    print(f"  activation buffers {net.peak_bytes / 2**20:.2f} MiB; layer sum {total * 1e3:.3f} ms, "
+    print(f"  activation buffers {model.peak_bytes / 2**20:.2f} MiB; layer sum {total * 1e3:.3f} ms, "
           f"median run {statistics.median(tunekit_times(path, db)) * 1e3:.3f} ms")
 
 

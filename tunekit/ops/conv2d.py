@@ -52,17 +52,21 @@ class WindowArgs(OpArgs):
         return self
 
 
-class Conv2dArgs(WindowArgs, EpilogueArgs):
+class Window2dArgs(WindowArgs):
+    """The args of a per-channel sliding window over NCHW data (depthwise conv2d, pooling)."""
     N: Size
     C: Size
     H: Size
     W: Size
-    K_out: Size
     R: Size
     S: Size
     stride: PositivePair = (1, 1)
     padding: NonNegativePair = (0, 0)
     dilation: PositivePair = (1, 1)
+
+
+class Conv2dArgs(Window2dArgs, EpilogueArgs):
+    K_out: Size
 
 
 def padded(data: te.Tensor, padding) -> te.Tensor:

@@ -10,21 +10,13 @@ import numpy as np
 
 from .. import te
 from . import epilogue
-from .conv2d import NonNegativePair, PositivePair, WindowArgs, fused, out_size, padded, pair, windows
+from .conv2d import Window2dArgs, fused, out_size, padded, pair, windows
 from .epilogue import EpilogueArgs, has_epilogue
-from .op import Op, Size
+from .op import Op
 
 
-class DepthwiseConv2dArgs(WindowArgs, EpilogueArgs):
-    N: Size
-    C: Size
-    H: Size
-    W: Size
-    R: Size
-    S: Size
-    stride: PositivePair = (1, 1)
-    padding: NonNegativePair = (0, 0)
-    dilation: PositivePair = (1, 1)
+class DepthwiseConv2dArgs(Window2dArgs, EpilogueArgs):
+    pass
 
 
 def compute(N: int, C: int, H: int, W: int, R: int, S: int, stride=1, padding=0, dilation=1,

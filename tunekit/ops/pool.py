@@ -5,20 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir, te
-from .conv2d import NonNegativePair, PositivePair, WindowArgs, out_size, pair, windows
-from .op import Op, Size
+from .conv2d import Window2dArgs, out_size, pair, windows
+from .op import Op
 
 
-class MaxPool2dArgs(WindowArgs):
-    N: Size
-    C: Size
-    H: Size
-    W: Size
-    R: Size
-    S: Size
-    stride: PositivePair = (1, 1)
-    padding: NonNegativePair = (0, 0)
-    dilation: PositivePair = (1, 1)
+class MaxPool2dArgs(Window2dArgs):
+    pass
 
 
 def compute(N, C, H, W, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
