@@ -160,9 +160,18 @@ def reset() -> None:
     _REGISTRY = None
 
 
-def plugin_of(kind: str, component: Component) -> str:
+def entry_of(component: Component) -> Entry | None:
+    """The registry entry of a component instance (its class, registered under its name), or None."""
+    for table in registry().components.values():
+        entry = table.get(getattr(component, "name", None))
+        if entry is not None and entry.obj is type(component):
+            return entry
+    return None
+
+
+def plugin_of(component: Component) -> str:
     """"plugin 'NAME' (DIST VERSION)" of a component instance, for error messages."""
-    entry = registry().components.get(kind, {}).get(getattr(component, "name", None))
-    if entry is None or entry.obj is not type(component):
+    entry = entry_of(component)
+    if entry is None:
         return f"{type(component).__module__}.{type(component).__qualname__}, not from an installed plugin"
     return f"plugin {entry.plugin!r}" + (f" ({entry.version})" if entry.version else "")

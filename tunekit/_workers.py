@@ -90,13 +90,9 @@ def features(target_spec, task_spec: TaskSpec, indices: list[int], kind: str) ->
 def spawnable(component) -> bool:
     """Whether a spawned process can rebuild `component` from its spec (its plugin is importable there)."""
     from ._plugins import plugins
-    from ._registry import KINDS, registry
-    reg = registry()
-    for kind in KINDS:
-        entry = reg.components[kind].get(component.name)
-        if entry is not None and entry.obj is type(component):
-            return plugins().importable(entry.plugin)
-    return False
+    from ._registry import entry_of
+    entry = entry_of(component)
+    return entry is not None and plugins().importable(entry.plugin)
 
 
 @contextmanager

@@ -40,9 +40,16 @@ class BuildPool:
     def _kill(self) -> None:
         if self._pool is not None:
             procs = list(getattr(self._pool, "_processes", {}).values())  # no public API kills a hung build
+            results = getattr(self._pool, "_result_queue", None)
             self._pool.shutdown(wait=False, cancel_futures=True)
             for p in procs:
                 p.kill()
+                p.join(5)
+            # a worker killed while writing a result leaves the executor's thread reading bytes that never
+            # come, and interpreter exit joins that thread: with this process's copy of the write end closed
+            # too, the read ends (EOF) and the thread exits
+            if results is not None:
+                results._writer.close()
             self._pool = None
 
     def _submit(self, calls: list[tuple]) -> list:

@@ -78,14 +78,27 @@ class Database:
             if readonly:
                 self.conn.execute("SELECT 1 FROM trials LIMIT 1").fetchall()
             else:
-                self.conn.execute("PRAGMA journal_mode=WAL")
-                self.conn.executescript(_SCHEMA)
-                self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
-                self.conn.commit()
+                self._prepare()
         except sqlite3.DatabaseError as e:
             self.conn.close()
             raise storage_error(self.path, e) from None
         self.log = open_log(log) if log else None
+
+    def _prepare(self, wait_s: float = 30.0) -> None:
+        """Switch to WAL and create the tables. The journal-mode switch does not wait for
+        a lock: when another process is creating the same database, try again."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.executescript(_SCHEMA)
+                self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
+                self.conn.commit()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _rows(self, sql: str, params=()) -> list[tuple]:
         """Run a query; a corrupted file is a StorageError naming it, not a traceback."""
@@ -129,12 +142,7 @@ class Database:
 
     def trials(self, key: TaskKey) -> list[Trial]:
         """Trials of a task, oldest first."""
-        q = ("SELECT config_index, config, costs, error, message, build_s, run_s, timestamp FROM trials "
-             "WHERE workload=? AND target=? AND device=? AND template=?")
-        params = [key.workload, key.target, key.device, key.template]
-        return [Trial(int(r[0]), json.loads(r[1]), json.loads(r[2]), r[3], r[4] or "", r[5] or 0.0, r[6] or 0.0,
-                      r[7] or time.time())
-                for r in self._rows(q + " ORDER BY id", params)]
+        return [trial for _, _, trial in self.new_trials(key)]
 
     def new_trials(self, key: TaskKey, after: int = 0) -> list[tuple[int, str, Trial]]:
         """Trials of a task recorded after row id `after` (by any process): (id, run, Trial), oldest first."""
@@ -301,6 +309,9 @@ def storage_error(path: str, e: sqlite3.DatabaseError) -> StorageError:
                             "and rerun to resume")
     if "readonly" in text or "unable to open" in text:
         return StorageError(f"{path}: cannot write the database ({text}); set another [database] path")
+    if "locked" in text or "busy" in text:
+        return StorageError(f"{path}: another process has held the database locked for over 30 s ({text}); "
+                            "wait for it or set another [database] path")
     if "no such table" in text:
         return StorageError(f"{path}: an SQLite file, but not a tunekit database ({text}); nothing was changed in "
                             "it; set another [database] path")

@@ -34,7 +34,7 @@ class Guard:
     def proposals(self, explorer, ts, picks, n: int) -> list[int]:
         """The proposals of `explorer` that the tuner may measure: distinct valid
         unmeasured int indices, at most `n`; the rest are dropped, with one warning."""
-        who = f"explorer {explorer.name!r} ({plugin_of('explorer', explorer)})"
+        who = f"explorer {explorer.name!r} ({plugin_of(explorer)})"
         if picks is None:
             self.warn_once((who, "none"), f"{who}: propose() returned None; return a list ([] when the space "
                            "is exhausted)")
@@ -58,7 +58,7 @@ class Guard:
 
     def model(self, model) -> CheckedModel:
         """`model` as explorers see it: its predictions checked."""
-        return CheckedModel(model, f"cost model {model.name!r} ({plugin_of('cost model', model)})")
+        return CheckedModel(model, f"cost model {model.name!r} ({plugin_of(model)})")
 
     def trial_measured(self, task, trial) -> None:
         """Call every `tunekit_trial_measured` hook; one that raises is reported once and disabled."""

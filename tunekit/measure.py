@@ -30,7 +30,7 @@ class Measurer:
         pol = dataclasses.replace(self.policy, cutoff_s=cutoff_s)
         futures = list(self.runner.submit(ts.task, [built[k].artifact for k in ok], pol)) if ok else []
         if len(futures) != len(ok):
-            raise PluginError(f"runner {self.runner.name!r} ({plugin_of('runner', self.runner)}) returned "
+            raise PluginError(f"runner {self.runner.name!r} ({plugin_of(self.runner)}) returned "
                               f"{len(futures)} futures for {len(ok)} artifacts; it must return one per artifact")
         trials = [Trial(i, ts.space.get(i).to_json(), error=b.error, message=b.message, build_s=b.seconds)
                   for i, b in zip(indices, built)]

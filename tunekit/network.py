@@ -54,23 +54,23 @@ class CompiledModel:
 
     def __init__(self, graph: Graph, target, database: str | None = None):
         self.graph, self.target = graph, target
-        kernels: dict[str, Kernel] = {}
+        keys = [Task(node.op, node.args).key for node in graph.nodes]
+        kernels: dict[str, Kernel] = {}   # one per distinct (fused) task
         with apply_history_best(database) if database else nullcontext():
-            for node in graph.nodes:
-                task = Task(node.op, node.args)
-                if task.key not in kernels:
-                    kernels[task.key] = build(node.op, node.args, target=target)
+            for node, key in zip(graph.nodes, keys):
+                if key not in kernels:
+                    kernels[key] = build(node.op, node.args, target=target)
         tasks = {k.task.anchor().name for k in kernels.values()}
         self.fallback = sorted({k.task.anchor().name for k in kernels.values() if not k.tuned})
         if self.fallback:
             warnings.warn(f"{len(self.fallback)} of the network's {len(tasks)} tasks have no tuning record and "
                           f"run a default config: {'; '.join(self.fallback)}; tune them (a recipe task "
                           "`model = ...` tunes them all)", stacklevel=3)
-        self._plan(kernels)
+        self._plan([kernels[key] for key in keys])
 
-    def _plan(self, kernels: dict[str, Kernel]) -> None:
+    def _plan(self, kernels: list[Kernel]) -> None:
         """Allocate aligned buffers once (an activation's buffer is reused after its last reader) and
-        write the flat list of calls."""
+        write the flat list of calls; `kernels` are the nodes' kernels, in order."""
         g = self.graph
         last = {}
         for k, node in enumerate(g.nodes):
@@ -91,8 +91,7 @@ class CompiledModel:
         self._inputs = {name: buffer(shape) for name, (shape, _) in g.inputs.items()}
         arrays.update(self._inputs)
         self.calls, self.layers = [], []
-        for k, node in enumerate(g.nodes):
-            kernel = kernels[Task(node.op, node.args).key]
+        for k, (node, kernel) in enumerate(zip(g.nodes, kernels)):
             out = buffer(kernel.params[-1][1])
             # a tensor may be read in another shape of the same size (a Flatten before a Gemm): a view
             args = [arrays[name].reshape(shape) for name, (_, shape, _) in zip(node.inputs, kernel.params)] + [out]

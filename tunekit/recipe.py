@@ -12,83 +12,31 @@ import json
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
     PrivateAttr,
     ValidationError,
     ValidationInfo,
-    WithJsonSchema,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from ._registry import registry
-from .component import Component, Options
 from .errors import RecipeError, TunekitError
-from .explorers import Explorer
-from .models import CostModel
 from .ops.epilogue import has_epilogue
+from .recipe_components import component_field
 from .recipe_errors import check_keys, error, message, path
-from .runners import Runner, TimingPolicy
-from .targets import RunSettings, Target
+from .runners import TimingPolicy
+from .targets import RunSettings
 from .task import Task
 
-#: recipe section -> component kind in the registry (and `[measure] runner`, a component inside a section)
-COMPONENT_SECTIONS = {"target": "target", "model": "cost model", "explorer": "explorer"}
-KIND_BASES = {"target": Target, "cost model": CostModel, "explorer": Explorer, "runner": Runner}
-DEFAULTS = {"target": "x86", "model": "random", "explorer": "random", "runner": "local"}
 #: fields that bound how long a run goes on, not what it is (left out of `run_hash`)
 BUDGETS = ("trials", "time_budget_s", "early_stopping")
-
-
-@dataclass
-class ComponentSpec:
-    """A validated component section: which plugin component, with which Options.
-
-    Attributes:
-        kind: "target", "cost model" or "explorer".
-        name: the component's name ("x86", "random").
-        options: an instance of the component's `Options`.
-        cls: the component class (looked up in the registry when not given).
-        instance: a ready-made component, when one was given instead of a name.
-    """
-    kind: str
-    name: str
-    options: Options
-    cls: type | None = None
-    instance: Component | None = None
-
-    def __post_init__(self):
-        if self.cls is None:
-            self.cls = registry().component(self.kind, self.name)
-
-    def create(self) -> Component:
-        """Return the component: the given instance, else `cls(options)`."""
-        return self.instance if self.instance is not None else self.cls(self.options)
-
-    def available(self) -> str | None:
-        """Return None when the component is usable here, else why not."""
-        try:
-            return self.cls.available()
-        except Exception as e:  # a plugin bug must not hide the rest of the recipe
-            return f"available() raised {type(e).__name__}: {e}"
-
-    def to_dict(self) -> dict:
-        """Return the section as a recipe table: `name` plus the options."""
-        return {"name": self.name, **self.options.model_dump(mode="json")}
-
-    def __str__(self) -> str:
-        changed = self.options.model_dump(mode="json", exclude_defaults=True)
-        return self.name + (f" ({', '.join(f'{k}={v!r}' for k, v in changed.items())})" if changed else "")
 
 
 class Section(BaseModel):
@@ -100,46 +48,6 @@ class Section(BaseModel):
     @classmethod
     def _friendly(cls, data, handler):
         return check_keys(cls.model_fields, data, handler, cls._noun)
-
-
-def _component(kind: str, default: str, value: Any) -> ComponentSpec:
-    """Turn a section value (name, table, Options, instance or spec) into a ComponentSpec."""
-    if isinstance(value, ComponentSpec):
-        return value
-    table = registry().components[kind]
-    installed = f"installed: {', '.join(table) or 'none'}"
-    if isinstance(value, Component):
-        if not isinstance(value, KIND_BASES[kind]):
-            raise PydanticCustomError("tunekit", "expected a {kind}, got a {t}", {"kind": kind,
-                                                                               "t": type(value).__name__})
-        return ComponentSpec(kind, value.name, value.options, type(value), value)
-    if isinstance(value, Options):
-        owners = [n for n, e in table.items() if e.obj.Options is type(value)]
-        if len(owners) != 1:
-            raise PydanticCustomError("tunekit", "cannot tell which {kind} these {opts} belong to; give a name ({i})",
-                                      {"kind": kind, "opts": type(value).__name__, "i": installed})
-        return ComponentSpec(kind, owners[0], value)
-    if isinstance(value, str):
-        value = {"name": value}
-    if not isinstance(value, Mapping):
-        raise PydanticCustomError("tunekit", "should be a {kind} name or a table with name = ... (got {t})",
-                                  {"kind": kind, "t": type(value).__name__})
-    name = value.get("name", default)
-    if not isinstance(name, str) or name not in table:
-        raise PydanticCustomError("tunekit", "{why}", {"why": registry().unknown(kind, name)})
-    cls = table[name].obj
-    rest = {k: v for k, v in value.items() if k != "name"}
-    options = check_keys(cls.Options.model_fields, rest, cls.Options.model_validate, "option", f" for {kind} {name!r}")
-    return ComponentSpec(kind, name, options, cls)
-
-
-def _component_field(section: str, description: str):
-    kind = COMPONENT_SECTIONS.get(section, section)
-    spec_type = Annotated[ComponentSpec,
-                          BeforeValidator(lambda v: _component(kind, DEFAULTS[section], v)),
-                          PlainSerializer(lambda s: s.to_dict(), return_type=dict),
-                          WithJsonSchema({"description": description})]  # filled in by recipe_schema.json_schema()
-    return spec_type, Field(DEFAULTS[section], validate_default=True, description=description)
 
 
 class TaskSpec(Section):
@@ -229,7 +137,7 @@ class TuningSection(Section):
                            "learning).")
 
 
-RunnerSpec, _runner_field = _component_field("runner", "Where kernels are checked and timed: a runner name "
+RunnerSpec, _runner_field = component_field("runner", "Where kernels are checked and timed: a runner name "
                                              "(\"local\": this machine), or a table whose name picks the plugin "
                                              "and whose other keys are its options.")
 
@@ -271,11 +179,11 @@ class DatabaseSection(Section):
     log: str | None = Field(None, description="Also append every trial to this JSONL log (portable).")
 
 
-TargetSpec, _target_field = _component_field("target", "Hardware target: a name, or a table whose name picks "
+TargetSpec, _target_field = component_field("target", "Hardware target: a name, or a table whose name picks "
                                              "the plugin and whose other keys are its options.")
-ModelSpec, _model_field = _component_field("model", "Cost model: a name, or a table whose name picks the plugin "
+ModelSpec, _model_field = component_field("model", "Cost model: a name, or a table whose name picks the plugin "
                                            "and whose other keys are its options.")
-ExplorerSpec, _explorer_field = _component_field("explorer", "Explorer (search strategy): a name, or a table "
+ExplorerSpec, _explorer_field = component_field("explorer", "Explorer (search strategy): a name, or a table "
                                                  "whose name picks the plugin and whose other keys are its options.")
 
 
@@ -296,31 +204,31 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _templates(self):
-        problems = []
-        for i, task in ((i, t) for i, spec in enumerate(self.tasks) for t in spec.tasks()):
-            spec = self.tasks[i]
-            op = task.op.name
-            try:
-                serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls, task.args)]
-            except AttributeError as e:  # a target class without `family`
-                raise error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
-            if why := self.target.create().check_task(task):
-                field = ("tasks", i, "args", "dtype") if why.startswith("dtype") else ("tasks", i, "args")
-                problems.append((field, why, None))
-                continue
-            if spec.template is not None and spec.template not in [t.name for t in serving]:
-                available = ", ".join(t.name for t in serving) or "none"
-                msg = (f"no template {spec.template!r} for op {op!r} on target {self.target.name!r} "
-                       f"(available: {available})")
-                problems.append((("tasks", i, "template"), msg, spec.template))
-            elif not serving:
-                fused = " that computes a fused epilogue (bias, residual, activation)" * has_epilogue(task.args)
-                msg = (f"no schedule template{fused} for op {op!r} on target {self.target.name!r}; "
-                       "install a plugin that provides one")
-                problems.append((("tasks", i), msg, None))
+        target = self.target.create()
+        problems = [p for i, spec in enumerate(self.tasks) for task in spec.tasks()
+                    for p in self._task_problems(i, task, target)]
         if problems:
             raise error(problems)
         return self
+
+    def _task_problems(self, i: int, task: Task, target) -> list[tuple]:
+        """What keeps `task` (of entry `i`) from being tuned on the target: its args, or no template."""
+        op, name = task.op.name, task.template_name
+        try:
+            serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls, task.args)]
+        except AttributeError as e:  # a target class without `family`
+            raise error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
+        if why := target.check_task(task):
+            return [(("tasks", i, "args", "dtype") if why.startswith("dtype") else ("tasks", i, "args"), why, None)]
+        if name is not None and name not in [t.name for t in serving]:
+            available = ", ".join(t.name for t in serving) or "none"
+            msg = f"no template {name!r} for op {op!r} on target {self.target.name!r} (available: {available})"
+            return [(("tasks", i, "template"), msg, name)]
+        if not serving:
+            fused = " that computes a fused epilogue (bias, residual, activation)" * has_epilogue(task.args)
+            return [(("tasks", i), f"no schedule template{fused} for op {op!r} on target {self.target.name!r}; "
+                     "install a plugin that provides one", None)]
+        return []
 
     @property
     def source(self) -> str:

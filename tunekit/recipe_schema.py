@@ -4,7 +4,8 @@ from __future__ import annotations
 import re
 
 from ._registry import registry
-from .recipe import COMPONENT_SECTIONS, Recipe
+from .recipe import Recipe
+from .recipe_components import COMPONENT_SECTIONS
 
 
 def json_schema() -> dict:
