@@ -37,15 +37,15 @@ def tunekit_side(name: str, db: str) -> list[float]:
 
     import tunekit
     from tunekit import registry
-    from tunekit.dispatch import best_index
+    from tunekit.dispatch import best_config
     spec = task_spec(name)
     task = tunekit.Task(spec.get("op"), spec.get("args"), workload=spec.get("workload"))
     target = registry().component("target", "cuda")()
-    ts = task.bind(target)
     with tunekit.apply_history_best(db) as d:
-        index = best_index(d, ts)
-    if index is None:
+        best = best_config(d, task, target)
+    if best is None:
         return []
+    ts, index = best
     art = target.build(ts.program(index))
     inputs = task.op.random_inputs(task.args, np.random.default_rng(0))
     outs = [np.empty(s, d) for s, d in task.op.output_shapes(task.args)]

@@ -126,12 +126,11 @@ def tunekit_side(n, db, device):
 
     import tunekit
     from tunekit import registry
-    from tunekit.dispatch import best_index
+    from tunekit.dispatch import best_config
     cls = registry().component("target", "opencl")
     target = cls(cls.Options(device=device))
-    ts = tunekit.Task("matmul", dict(M=n, N=n, K=n)).bind(target)
     with tunekit.apply_history_best(db) as d:
-        index = best_index(d, ts)
+        ts, index = best_config(d, tunekit.Task("matmul", dict(M=n, N=n, K=n)), target)
     art = target.build(ts.program(index))
     rng = np.random.default_rng(0)
     a, b = rng.random((n, n), np.float32), rng.random((n, n), np.float32)

@@ -25,17 +25,17 @@ def main() -> None:
     a = ap.parse_args()
     print(machine_report())
     from tunekit.database import Database
-    from tunekit.dispatch import best_index
+    from tunekit.dispatch import best_config
     from tunekit.measure import Measurer
     from tunekit.recipe import Recipe
     recipe = Recipe.from_dict({"target": "x86", "tasks": ["matmul-1024"],
                                "measure": {"flush_cache": a.flush, "cutoff": None}}, source="bench/repeat.py")
-    ts = recipe.task_objects()[0].bind(recipe.target.create())
     db = Database(a.db, readonly=True)
-    index = best_index(db, ts)
+    best = best_config(db, recipe.task_objects()[0], recipe.target.create())
     db.close()
-    if index is None:
+    if best is None:
         sys.exit(f"{a.db}: no matmul-1024 record; run bench/cpu.py first")
+    ts, index = best
     m = Measurer(ts.target, recipe.measure)
     try:
         trials = m.measure(ts, [index] * a.times)

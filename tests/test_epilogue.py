@@ -66,10 +66,11 @@ def test_the_space_and_the_workload_key_do_not_depend_on_the_epilogue():
 def test_a_fused_task_tunes_and_builds_from_the_plain_ops_record(tmp_path):
     args = {"N": 1, "C": 8, "H": 10, "W": 10, "K_out": 16, "R": 3, "S": 3, "padding": 1}
     db = str(tmp_path / "t.db")
-    fused = tunekit.tune([tunekit.Task("conv2d", {**args, "bias": True, "activation": "relu"})], trials=3,
+    fused = tunekit.tune([tunekit.Task("conv2d", {**args, "bias": True, "activation": "relu"}, template="direct")],
+                         trials=3,
                          database=db, measure={"repeat": 1, "min_repeat_ms": 1})[0]
     assert fused.done == 3 and fused.errors == 0                   # checked against the fused reference
-    plain = tunekit.tune([tunekit.Task("conv2d", args)], trials=3, database=db,
+    plain = tunekit.tune([tunekit.Task("conv2d", args, template="direct")], trials=3, database=db,
                          measure={"repeat": 1, "min_repeat_ms": 1}, seed=1)[0]
     with tunekit.apply_history_best(db):
         kernel = tunekit.build("conv2d", {**args, "residual": True, "activation": "relu6"})

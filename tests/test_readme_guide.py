@@ -31,9 +31,12 @@ def test_the_guides_plugin_tunes_and_builds(tmp_path, register_tunekit_plugin):
     ts = recipe.task_objects()[0].bind(recipe.target.create())
     assert ts.template.name == "rows" and ts.space.size == 8
     db = str(tmp_path / "t.db")
-    st = tunekit.tune(recipe.task_objects(), target="interp", model="ridge", explorer="hill-climb", trials=6,
-                      database=db, tuning={"batch_size": 3}, measure={"repeat": 1, "number": 1, "min_repeat_ms": 0})[0]
-    assert st.done == 6 and st.errors == 0 and st.best is not None   # every config checked against numpy
+    states = tunekit.tune(recipe.task_objects(), target="interp", model="ridge", explorer="hill-climb", trials=6,
+                          database=db, tuning={"batch_size": 3},
+                          measure={"repeat": 1, "number": 1, "min_repeat_ms": 0})
+    # tuned on the guide's template and the built-in ones that serve matmul on a "cpu" family target
+    assert "rows" in [st.ts.template.name for st in states] and sum(st.done for st in states) == 6
+    assert all(st.errors == 0 for st in states)   # every config checked against numpy
     with tunekit.apply_history_best(db):
         kernel = tunekit.build("matmul", {"M": 8, "N": 4, "K": 4}, target="interp")
     A, B, C = (tunekit.empty(s) for s in ((8, 4), (4, 4), (8, 4)))

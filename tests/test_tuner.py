@@ -154,3 +154,27 @@ def test_program_features_go_through_the_measurers_extractor(tmp_path, null, mon
                       explorer={"name": "annealing", "n_chains": 48, "steps": 2}, tuning={"batch_size": 4})[0]
     assert st.done == 12
     assert batches and all(kind == "relation" and n >= 16 for n, kind in batches)
+
+
+def test_a_task_naming_no_template_is_tuned_on_each_and_built_from_the_fastest(tmp_path, null,
+                                                                                register_tunekit_plugin):
+    from tunekit.testing.null_target import null_matmul_template
+
+    class Second:   # a second template for matmul on null (a third party's, say)
+        @tunekit.hookimpl
+        def tunekit_templates(self):
+            return [tunekit.Template("matmul", "second", ("null",), null_matmul_template, priority=1)]
+    register_tunekit_plugin(Second(), "second-template")
+    db = str(tmp_path / "t.db")
+    plain = {"op": "matmul", "args": {"M": 32, "N": 16, "K": 16}}
+    states = tunekit.tune([plain], target="null", trials=16, database=db, tuning={"batch_size": 4})
+    names = [st.ts.template.name for st in states]   # null is a "cpu" family target: the CPU templates too
+    assert {"null-matmul", "second", "tiled", "packed"} == set(names) and len(names) == 4
+    assert sum(st.done for st in states) == 16 and all(st.done == 4 for st in states)   # one task's budget
+    fastest = min(states, key=lambda st: st.best.cost)
+    with tunekit.apply_history_best(db):
+        kernel = tunekit.build("matmul", plain["args"], target="null")
+    assert kernel.tuned and (kernel.task.template_name, kernel.config.index) == (fastest.ts.template.name,
+                                                                               fastest.best.index)
+    named = tunekit.tune([{**plain, "template": "second"}], target="null", trials=4, database=db)
+    assert [st.ts.template.name for st in named] == ["second"]   # a named template is the only one

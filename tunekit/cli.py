@@ -123,7 +123,7 @@ def validate(args: argparse.Namespace) -> int:
     rows = []
     for i, t in enumerate(tasks):
         try:
-            rows.append([str(i), t.name, t.key, *_space_summary(t, target)])
+            rows += [[str(i), t.name, t.key, *_space_summary(v, target)] for v in t.variants(target)]
         except TemplateError as e:
             raise TemplateError(f"{recipe.source}: tasks[{i}]: {e}") from e
     out.print(f"OK {recipe.source}", markup=False)
@@ -273,20 +273,21 @@ def best(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     """Print a task's config space and the loop program of one config."""
     from .database import Database
-    from .dispatch import best_index
+    from .dispatch import best_config
     from .recipe import load_recipe
     recipe = load_recipe(args.recipe)
     tasks = recipe.task_objects()
     if not 0 <= args.task < len(tasks):
         raise TunekitError(f"{recipe.source}: --task {args.task}: the recipe has {len(tasks)} task(s)")
-    ts = tasks[args.task].bind(recipe.target.create())
-    index = args.config
+    task, target = tasks[args.task], recipe.target.create()
+    ts, index = task.bind(target), args.config
     if index is None:
         db = Database(recipe.database.path, readonly=True)
-        index = best_index(db, ts)
+        best = best_config(db, task, target)
         db.close()
-        if index is None:
-            raise TunekitError(f"{recipe.database.path}: no successful trial of {ts.task.name}; give --config N")
+        if best is None:
+            raise TunekitError(f"{recipe.database.path}: no successful trial of {task.name}; give --config N")
+        ts, index = best
     print(f"{ts.task.name} on {ts.target.name}, template {ts.template.name!r}: {ts.space}")
     print(f"config {ts.space.get(index)}")
     print(ts.program(index))

@@ -83,25 +83,43 @@ class Kernel:
         return f"Kernel({self.task.name}, {how} config {self.config.index})"
 
 
-def best_index(db: Database, ts) -> int | None:
-    """The best recorded config of task space `ts`: of its exact workload, else of the
-    same op without its fused epilogue (the same space; the epilogue costs little)."""
+def _best_record(db: Database, ts) -> tuple[float, int] | None:
+    """The cost and index of the best recorded config of task space `ts`: of its exact workload,
+    else of the same op without its fused epilogue (the same space; the epilogue costs little)."""
     for task in [ts.task, ts.task.anchor()] if has_epilogue(ts.task.args) else [ts.task]:
         key = TaskKey(task.key, ts.target.name, ts.device.fingerprint(), ts.template.name)
         best = [t for t in db.trials(key) if t.ok]
         if best:
-            return min(best, key=lambda t: t.cost).index
+            b = min(best, key=lambda t: t.cost)
+            return b.cost, b.index
     return None
+
+
+def best_config(db: Database, task: Task, target) -> tuple[object, int] | None:
+    """The fastest recorded config of `task` on `target`: of the template the task names,
+    else of any template that serves it. Returns (its TaskSpace, its index), or None."""
+    found = []
+    for variant in task.variants(target):
+        ts = variant.bind(target)
+        if (rec := _best_record(db, ts)) is not None:
+            found.append((*rec, ts))
+    if not found:
+        return None
+    _, index, ts = min(found, key=lambda f: f[0])
+    return ts, index
 
 
 def build(op: str, args: dict, target="x86", template: str | None = None) -> Kernel:
     """Compile `op(**args)` for `target` with the best config in the active
-    `apply_history_best` database, else the template's first valid config."""
+    `apply_history_best` database (of the template named, else of any that serves
+    the op), else the default template's first valid config."""
     tgt = make_component("target", target)
-    ts = Task(op, args, template=template).bind(tgt)
+    task = Task(op, args, template=template)
     stack = getattr(_local, "stack", [])
-    index = best_index(stack[-1], ts) if stack else None
-    tuned = index is not None
-    if index is None:
+    best = best_config(stack[-1], task, tgt) if stack else None
+    if best is not None:
+        ts, index = best
+    else:
+        ts = task.bind(tgt)
         index = next(i for i in range(ts.space.size) if ts.space.valid(i))
-    return Kernel(tgt.load(tgt.build(ts.program(index))), ts.task, ts.space.get(index), tuned)
+    return Kernel(tgt.load(tgt.build(ts.program(index))), ts.task, ts.space.get(index), best is not None)

@@ -42,7 +42,7 @@ class LocalRunner(Runner):
         out = self._process.run(spec, task_spec, artifact, policy)
         if out.error in (RUN_ERROR, RUN_TIMEOUT) and self._process.crashed:
             # a kernel that takes its runner down is its own fault, unless the device went with it
-            why = type(self.target).available()
+            why = self.target.available()   # the instance's: its options may matter (arm-cpu emulate)
             if why:
                 return Outcome(error=DEVICE_LOST, message=f"{why} (after: {out.message})", seconds=out.seconds)
         return out

@@ -46,7 +46,7 @@ class ComponentSpec:
     def available(self) -> str | None:
         """Return None when the component is usable here, else why not."""
         try:
-            return self.cls.available()
+            return self.create().available()   # on the instance: options may decide (arm-cpu's emulate)
         except Exception as e:  # a plugin bug must not hide the rest of the recipe
             return f"available() raised {type(e).__name__}: {e}"
 

@@ -54,6 +54,17 @@ class Task:
         from .ops.epilogue import anchor_args
         return Task(self.op.name, anchor_args(self.args), template=self.template_name)
 
+    def variants(self, target) -> list[Task]:
+        """This task once per template that serves it on `target` when it names none
+        (each is tuned, and the fastest config of any is the task's), else itself."""
+        if self.template_name is not None:
+            return [self]
+        names = [t.name for t in registry().templates if t.op == self.op.name and t.serves(target, self.args)]
+        if len(names) < 2:
+            return [self]
+        return [Task(self.op.name, self.args, template=n, weight=self.weight, workload=self.workload)
+                for n in names]
+
     def spec(self) -> TaskSpec:
         """Plain, picklable data to rebuild this task in another process (`spec.task()`)."""
         return TaskSpec(self.op.name, tuple(sorted(self.args.items())), self.template_name)

@@ -125,9 +125,13 @@ class Tuner:
         measurer = None
         try:
             measurer = Measurer(self.target, r.measure, r.tuning.seed)
-            states = [self._state(db, t, measurer) for t in r.task_objects()]
-            # `trials` is a mean: the scheduler may give a task up to twice that
-            total, cap = r.tuning.trials * len(states), 2 * r.tuning.trials
+            # a task that names no template is tuned on each that serves it, sharing the task's trials
+            states = [self._state(db, v, measurer) for t in r.task_objects() for v in t.variants(self.target)]
+            self._groups = {}
+            for st in states:
+                self._groups.setdefault(st.key.workload, []).append(st)
+            # `trials` is a mean per task: the scheduler may give a task up to twice that
+            total, cap = r.tuning.trials * len(self._groups), 2 * r.tuning.trials
             if r.tuning.transfer:
                 transfer(db, states, self.target, measurer.pool)
             for st in states:
@@ -142,8 +146,8 @@ class Tuner:
                     break
                 st = self._pick(live)
                 limit = min(cap, st.done + total - sum(s.done for s in states))
-                if st.done < 2 * r.tuning.batch_size:   # warm-up: no task takes more than the mean yet
-                    limit = min(limit, max(r.tuning.trials, st.done + 1))
+                if st.done < self._warm(st):   # warm-up: no task takes more than its share yet
+                    limit = min(limit, self._warm(st))
                 self._batch(st, db, measurer, limit)
                 if self.progress:
                     self.progress.update(st)
@@ -166,24 +170,32 @@ class Tuner:
                 (again,) = measurer.measure(st.ts, [st.best.index])
                 st.retimed = again.cost if again.ok else None
 
+    def _warm(self, st: TaskState) -> int:
+        """Trials a task (one template of it) gets before the scheduler compares gains:
+        two batches, at most its share of the task's mean."""
+        tun = self.recipe.tuning
+        return min(2 * tun.batch_size, -(-tun.trials // len(self._groups[st.key.workload])))
+
     def _pick(self, live: list[TaskState]) -> TaskState:
         """The task whose next batch should lower the total time the most: tasks
-        first get two batches each, then the one with the largest expected gain
+        first get their warm-up trials, then the one with the largest expected gain
         per trial (recent improvement of its best time, or an optimistic share of
         its best time while it has few trials), times the task's weight: a layer
-        a network runs four times saves four times as much."""
-        warm = 2 * self.recipe.tuning.batch_size
-        cold = [s for s in live if s.done < warm]
+        a network runs four times saves four times as much. A template slower than
+        its task's best gains only in proportion (its best must drop below the other's)."""
+        cold = [s for s in live if s.done < self._warm(s)]
         if cold:
-            return min(cold, key=lambda s: s.done)
+            return min(cold, key=lambda s: s.done / self._warm(s))
 
         def gain(s: TaskState) -> float:
             if s.best is None:   # nothing ran yet: no evidence that more trials help
                 return 0.0
-            w = min(len(s.curve) - 1, warm)
+            w = min(len(s.curve) - 1, 2 * self.recipe.tuning.batch_size)
             before = s.curve[-1 - w] if w > 0 else s.curve[-1]
             recent = (before - s.curve[-1]) / w if w > 0 and before != float("inf") else 0.0
-            return max(recent, 0.5 * s.best.cost / max(1, s.done)) * s.ts.task.weight   # time in the network
+            lead = min(o.best.cost for o in self._groups[s.key.workload] if o.best is not None)
+            per_trial = max(recent, 0.5 * s.best.cost / max(1, s.done)) * lead / s.best.cost
+            return per_trial * s.ts.task.weight   # time in the network
         return max(live, key=gain)
 
     def _finished(self, st: TaskState, cap: int, t_end) -> bool:

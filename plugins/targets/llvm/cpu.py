@@ -111,8 +111,12 @@ class _CpuTarget(tunekit.Target):
                 l1, l2 = found.get("l1", l1), found.get("l2", l2)
             self._memo["device"] = tunekit.DeviceInfo(
                 name=cpu, family="cpu", vector_bits=self.vector_bits(), cores=self.threads(),
-                l1_bytes=l1, l2_bytes=l2, extra={"triple": self.triple()})
+                l1_bytes=l1, l2_bytes=l2, extra=self._device_extra())
         return self._memo["device"]
+
+    def _device_extra(self) -> dict:
+        """What else the device fingerprint hashes."""
+        return {"triple": self.triple()}
 
     def target_machine(self):
         """The llvmlite TargetMachine this target compiles with (cached)."""
@@ -171,12 +175,15 @@ class _CpuTarget(tunekit.Target):
         """The LLVM IR of `program` after the O3 pipeline."""
         return str(self._compile(program)[1])
 
-    def load(self, artifact: tunekit.Artifact) -> Callable[..., None]:
+    def _check_runnable(self, artifact: tunekit.Artifact) -> None:
         why = self.available()
         if why is not None:
             raise KernelLoadError(f"{self.name}: cannot run kernel {artifact.entry} here: {why}")
         if artifact.target != self.name:
             raise KernelLoadError(f"{self.name}: artifact {artifact.entry} was built for {artifact.target!r}")
+
+    def load(self, artifact: tunekit.Artifact) -> Callable[..., None]:
+        self._check_runnable(artifact)
         return _load(artifact)
 
 
@@ -224,8 +231,21 @@ class X86Target(_CpuTarget):
         return 512 if "zmm" in asm else 256 if "ymm" in asm else 128
 
 
+class _per_options:
+    """Make `available()` answer for the default Options when asked on the class (contract
+    tests, `tunekit validate`) and for the instance's own Options when asked on an instance
+    (the tuner, the runners): an option (arm-cpu's `emulate`) changes what can run here."""
+
+    def __init__(self, fn):
+        self.fn, self.__doc__ = fn, fn.__doc__
+
+    def __get__(self, obj, cls):
+        return functools.partial(self.fn, cls, cls.Options() if obj is None else obj.options)
+
+
 class ArmCpuTarget(_CpuTarget):
-    """64-bit ARM CPUs with NEON (cross-compiled anywhere; running needs an ARM device)."""
+    """64-bit ARM CPUs with NEON (cross-compiled anywhere; running needs an ARM device,
+    or qemu-aarch64 with `emulate = true`)."""
 
     name: ClassVar[str] = "arm-cpu"
     run_arch = _ARM
@@ -239,19 +259,53 @@ class ArmCpuTarget(_CpuTarget):
                                                     "neoverse-n1, apple-m1 ...")
         num_threads: int = Field(4, ge=0, description="threads for parallel loops; 0 = all cores of the host")
         opt_level: int = Field(3, ge=0, le=3, description="LLVM optimization level (0-3)")
+        emulate: bool = Field(False, description="On a non-ARM host, run kernels under qemu-aarch64 (qemu-user, "
+                              "gcc-aarch64-linux-gnu): correct answers but emulated timings, not a device's; "
+                              "records made this way carry a distinct device fingerprint and never serve a "
+                              "real board")
 
     @property
     def _caches_default(self) -> tuple[int, int]:
         return self._CACHES.get(self.options.mcpu, (32 << 10, 1 << 20))
 
-    @classmethod
-    def available(cls) -> str | None:
+    @_per_options
+    def available(cls, options) -> str | None:
+        """Return why kernels cannot run here with `options`, or None."""
         missing = _llvmlite_missing()
-        if missing:
+        if missing or _host_arch() in _ARM:
             return missing
-        if _host_arch() not in _ARM:
-            return "running needs an ARM device (the remote runner is not built yet); building works here"
-        return None
+        if options.emulate:
+            from . import qemu
+            return qemu.missing()
+        return ("running needs an ARM device, or `emulate = true` with qemu-user and gcc-aarch64-linux-gnu "
+                "installed; building works here")
+
+    @property
+    def emulated(self) -> bool:
+        """Whether kernels run under qemu-aarch64 (`emulate` on a non-ARM host)."""
+        return self.options.emulate and _host_arch() not in _ARM
+
+    def _device_extra(self) -> dict:
+        extra = super()._device_extra()
+        if self.emulated:   # emulated timings are not a board's: their records must never serve one
+            extra["emulated"] = True
+        return extra
+
+    def load(self, artifact: tunekit.Artifact) -> Callable[..., None]:
+        if not self.emulated:
+            return super().load(artifact)
+        from . import qemu
+        self._check_runnable(artifact)
+        return qemu.load(artifact)
+
+    def run(self, artifact: tunekit.Artifact, args: list, settings: tunekit.RunSettings) -> list[float]:
+        """Time `artifact` on `args`; under emulation inside one qemu process (starting one per run would be
+        most of what is timed)."""
+        if not self.emulated:
+            return super().run(artifact, args, settings)
+        from . import qemu
+        self._check_runnable(artifact)
+        return qemu.time(artifact, args, settings)
 
     def triple(self) -> str:
         return "aarch64-unknown-linux-gnu"
@@ -324,29 +378,41 @@ def _data_pointer() -> Callable[[np.ndarray], int]:
     return lambda a: a.ctypes.data
 
 
-def _kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., None]:
-    params = [(name, tuple(shape), np.dtype(dtype if dtype != "bool" else np.bool_))
-              for name, shape, dtype in artifact.meta["params"]]
-    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(params))(addr)
-    entry, n, data = artifact.entry, len(params), _data_pointer()
-    expected = [(dt, shape) for _, shape, dt in params]
+def kernel_params(artifact: tunekit.Artifact) -> list[tuple[str, tuple, np.dtype]]:
+    """Return the kernel's parameters as (name, shape, numpy dtype), in call order."""
+    return [(name, tuple(shape), np.dtype(dtype if dtype != "bool" else np.bool_))
+            for name, shape, dtype in artifact.meta["params"]]
 
-    def bad(k: int, a) -> KernelArgumentError:
-        name, shape, dt = params[k]
-        got = (f"{a.dtype} array of shape {a.shape}" + ("" if a.flags.c_contiguous else ", not C-contiguous")
-               + ("" if a.flags.aligned else ", not aligned") if isinstance(a, np.ndarray) else type(a).__name__)
-        return KernelArgumentError(f"{entry}: argument {k} ({name}) must be a C-contiguous, aligned {dt} "
-                                   f"numpy array of shape {shape}; got a {got}")
+
+def check_arguments(entry: str, params: list, arrays: tuple) -> None:
+    """Raise KernelArgumentError unless `arrays` are the kernel's: count, dtype, shape, C-contiguous, aligned."""
+    if len(arrays) != len(params):
+        raise KernelArgumentError(f"{entry} takes {len(params)} arrays ({', '.join(p[0] for p in params)}), "
+                                  f"got {len(arrays)}")
+    for k, (a, (name, shape, dt)) in enumerate(zip(arrays, params)):
+        if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shape
+                and a.flags.c_contiguous and a.flags.aligned):
+            got = (f"{a.dtype} array of shape {a.shape}" + ("" if a.flags.c_contiguous else ", not C-contiguous")
+                   + ("" if a.flags.aligned else ", not aligned") if isinstance(a, np.ndarray)
+                   else type(a).__name__)
+            raise KernelArgumentError(f"{entry}: argument {k} ({name}) must be a C-contiguous, aligned {dt} "
+                                      f"numpy array of shape {shape}; got a {got}")
+
+
+def _kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., None]:
+    entry, ps, data = artifact.entry, kernel_params(artifact), _data_pointer()
+    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(ps))(addr)
+    n, expected = len(ps), [(dt, shape) for _, shape, dt in ps]
 
     def kernel(*arrays: np.ndarray) -> None:
+        # the fast check inline (kernels are timed through this call); check_arguments says what is wrong
         if len(arrays) != n:
-            raise KernelArgumentError(f"{entry} takes {n} arrays ({', '.join(p[0] for p in params)}), "
-                                      f"got {len(arrays)}")
+            check_arguments(entry, ps, arrays)
         for k, a in enumerate(arrays):
             dt, shape = expected[k]
             if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shape
                     and (f := a.flags).c_contiguous and f.aligned):
-                raise bad(k, a)
+                check_arguments(entry, ps, arrays)
         cfunc(*map(data, arrays))
 
     kernel.engine = engine   # the code lives as long as the engine does
