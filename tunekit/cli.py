@@ -49,6 +49,7 @@ def command(name: str, *arguments: tuple[tuple, dict], help: str):
 
 def parser() -> argparse.ArgumentParser:
     """Build the argument parser with every registered subcommand."""
+    from . import cli_worker  # noqa: F401  (registers `worker`)
     from ._version import __version__
     p = argparse.ArgumentParser(prog="tunekit", description="Learn to optimize tensor programs.")
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")

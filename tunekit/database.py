@@ -113,7 +113,7 @@ class Database:
         task, target = ts.task, ts.target
         row = dict(run=run, workload=task.key, op=task.op.name, args=json.dumps(task.args, sort_keys=True),
                    workload_name=task.name, target=target.name, target_options=target.options.model_dump_json(),
-                   device=ts.device.fingerprint(), template=ts.template.name, model=model, explorer=explorer,
+                   device=ts.fingerprint, template=ts.template.name, model=model, explorer=explorer,
                    config_index=str(trial.index),
                    config=json.dumps(trial.config), costs=json.dumps(trial.costs),
                    cost=trial.cost if trial.ok else None, error=trial.error, message=trial.message,

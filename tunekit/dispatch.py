@@ -87,7 +87,7 @@ def _best_record(db: Database, ts) -> tuple[float, int] | None:
     """The cost and index of the best recorded config of task space `ts`: of its exact workload,
     else of the same op without its fused epilogue (the same space; the epilogue costs little)."""
     for task in [ts.task, ts.task.anchor()] if has_epilogue(ts.task.args) else [ts.task]:
-        key = TaskKey(task.key, ts.target.name, ts.device.fingerprint(), ts.template.name)
+        key = TaskKey(task.key, ts.target.name, ts.fingerprint, ts.template.name)
         best = [t for t in db.trials(key) if t.ok]
         if best:
             b = min(best, key=lambda t: t.cost)

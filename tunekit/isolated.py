@@ -7,7 +7,7 @@ import os
 import time
 
 from ._workers import init_worker, main_not_reimported, make_target
-from .records import RUN_ERROR, RUN_TIMEOUT, Outcome
+from .records import DEVICE_LOST, RUN_ERROR, RUN_TIMEOUT, Outcome
 from .runners import TimingPolicy
 from .task import TaskSpec
 
@@ -74,6 +74,14 @@ class IsolatedProcess:
             self._proc.join(2)
             self.kill()
             self.crashed = False
+
+
+def device_lost(out: Outcome, crashed: bool, target) -> Outcome:
+    """`out`, or a "device lost" when the kernel took its runner down (`crashed`) and the
+    device went with it: a crash alone is the kernel's own fault."""
+    if out.error in (RUN_ERROR, RUN_TIMEOUT) and crashed and (why := target.available()):
+        return Outcome(error=DEVICE_LOST, message=f"{why} (after: {out.message})", seconds=out.seconds)
+    return out
 
 
 def _serve(conn, modules: dict[str, str], warmup_s: float, parent: int) -> None:

@@ -10,8 +10,9 @@ from pydantic import Field
 from ._hookspecs import hookimpl
 from ._workers import spawnable
 from .component import Options as _Options
-from .isolated import IsolatedProcess
-from .records import DEVICE_LOST, RUN_ERROR, RUN_TIMEOUT, Outcome
+from .errors import TunekitError
+from .isolated import IsolatedProcess, device_lost
+from .records import RUN_ERROR, Outcome
 from .runners import Runner, TimingPolicy
 from .timing import execute
 
@@ -25,6 +26,8 @@ class LocalRunner(Runner):
                                 "first: the threads that computed the reference slow kernels timed just after.")
 
     def start(self, target) -> None:
+        if why := target.available():
+            raise TunekitError(f"target {target.name!r} cannot run here: {why}")
         super().start(target)
         self._inline = not spawnable(target)
         self._process = IsolatedProcess(self.options.warmup_s)
@@ -39,13 +42,8 @@ class LocalRunner(Runner):
     def _isolated(self, spec, task_spec, artifact, policy: TimingPolicy) -> Outcome:
         if getattr(self, "_closed", False):   # taken from the queue as it was shut down: start no new process
             return Outcome(error=RUN_ERROR, message="the runner was closed before this kernel ran")
-        out = self._process.run(spec, task_spec, artifact, policy)
-        if out.error in (RUN_ERROR, RUN_TIMEOUT) and self._process.crashed:
-            # a kernel that takes its runner down is its own fault, unless the device went with it
-            why = self.target.available()   # the instance's: its options may matter (arm-cpu emulate)
-            if why:
-                return Outcome(error=DEVICE_LOST, message=f"{why} (after: {out.message})", seconds=out.seconds)
-        return out
+        return device_lost(self._process.run(spec, task_spec, artifact, policy), self._process.crashed,
+                           self.target)
 
     def close(self) -> None:
         if hasattr(self, "_queue"):

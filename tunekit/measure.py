@@ -17,9 +17,13 @@ class Measurer:
     def __init__(self, target, options, seed: int = 0, runner=None):
         self.target = target
         self.policy = options.timing_policy(seed)
-        self.pool = BuildPool(target, options.build_workers, options.build_timeout_s)
         self.runner = runner if runner is not None else options.runner.create()
-        self.runner.start(target)
+        self.runner.start(target)   # first: a runner that cannot reach its devices leaves no build workers behind
+        try:
+            self.pool = BuildPool(target, options.build_workers, options.build_timeout_s)
+        except BaseException:
+            self.runner.close()
+            raise
 
     def measure(self, ts, indices: list[int], on_trial=None, cutoff_s: float | None = None) -> list[Trial]:
         """Build `indices` of task space `ts` in parallel, then have the runner time them;

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .component import Component
+from .errors import TunekitError
 from .targets import RunSettings
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ class Runner(Component):
     never records: it returns outcomes, and the core stores them. To check and
     time one artifact in a process, call `tunekit.timing.execute`; it draws the
     task's inputs from `policy.seed`, poisons the outputs, compares with the
-    reference and times the kernel with `policy.settings`.
+    reference and times the kernel with `policy.settings`. To run it in an isolated
+    child with the policy's deadline, as `local` does, use
+    `tunekit.isolated.IsolatedProcess` (and `tunekit.isolated.device_lost`).
     """
 
     def start(self, target: Target) -> None:
@@ -89,5 +92,28 @@ class Runner(Component):
         """
         raise NotImplementedError
 
+    def fingerprint(self) -> str | None:
+        """Return the fingerprint of the devices this runner times on, when they are not
+        the tuning host's (records are keyed by it, so records of different boards never
+        mix); None (the default): the target's own, on this machine. Called after `start`."""
+        return None
+
     def close(self) -> None:
         """Release processes, connections and devices; pending futures may be cancelled."""
+
+    @classmethod
+    def serve(cls, scheduler: str, device: str, target: Target, nthreads: int = 1,
+              security: dict | None = None) -> None:
+        """Serve as one of this runner's device workers until stopped (`tunekit worker`).
+
+        Args:
+            scheduler: the address of the runner's scheduler ("tcp://HOST:8786").
+            device: the name the worker's device is advertised under.
+            target: the target the worker measures (its options as the device needs them,
+                e.g. arm-cpu with emulate = true).
+            nthreads: threads of the worker process (one trial at a time runs on the device).
+            security: TLS settings, as the runner's options take them.
+        Raises:
+            tunekit.errors.TunekitError: this runner has no workers, or the scheduler is unreachable.
+        """
+        raise TunekitError(f"runner {cls.name!r} times on this machine: it has no workers to start")

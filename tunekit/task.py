@@ -114,6 +114,8 @@ class TaskSpace:
         self.task, self.target = task, target
         self.template = pick_template(task.op.name, target, task.template_name, task.args)
         self.device = target.device()
+        #: what records of this task space are keyed by: the device's (a runner's devices' when elsewhere)
+        self.fingerprint = self.device.fingerprint()
         self.measured: set[int] = set()
         self._programs: dict[int, object] = {}
         self._features: dict[tuple[int, str], np.ndarray] = {}

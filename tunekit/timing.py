@@ -21,8 +21,9 @@ _DATA: dict = {}
 
 @contextmanager
 def timing_lock():
-    """Machine-wide: one tunekit process times kernels at a time."""
-    path = os.path.join(tempfile.gettempdir(), "tunekit-timing.lock")
+    """Machine-wide: one tunekit process times kernels at a time (per device: a farm's
+    workers on one machine, each on its own cores, name their own lock)."""
+    path = os.path.join(tempfile.gettempdir(), os.environ.get("TUNEKIT_TIMING_LOCK", "tunekit-timing.lock"))
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:

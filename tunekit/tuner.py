@@ -75,14 +75,12 @@ class Tuner:
         self.recipe = recipe
         self.progress = progress
         self.run_id = f"{recipe.run_hash()}:{recipe.tuning.seed}"
-        self.target = recipe.target.create()
-        why = self.target.available()
-        if why:
-            raise TunekitError(f"target {self.target.name!r} cannot run here: {why}")
+        self.target = recipe.target.create()   # whether its kernels can run is the runner's to say (start)
 
     def _state(self, db: Database, task, measurer: Measurer) -> TaskState:
         ts = task.bind(self.target, measurer.pool)
-        key = TaskKey(task.key, self.target.name, ts.device.fingerprint(), ts.template.name)
+        ts.fingerprint = measurer.runner.fingerprint() or ts.fingerprint   # devices elsewhere: theirs
+        key = TaskKey(task.key, self.target.name, ts.fingerprint, ts.template.name)
         rng = random.Random(f"{self.recipe.tuning.seed}:{task.key}")
         st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng)
         self._sync(st, db)   # resume: every trial known for this task, from any run

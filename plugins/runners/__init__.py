@@ -1,0 +1,1 @@
+"""Built-in runners beyond the core's `local` one."""

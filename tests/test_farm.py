@@ -1,0 +1,172 @@
+"""The dask runner on real processes on 127.0.0.1: a `dask scheduler`, `tunekit worker`s,
+tuning runs spread over them; a worker killed mid-run; clear errors at start."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import tunekit
+from tunekit.errors import TunekitError
+
+pytest.importorskip("distributed")
+X86 = tunekit.registry().component("target", "x86")
+pytestmark = [pytest.mark.skipif(shutil.which("dask") is None, reason="the `dask` command is not installed"),
+              pytest.mark.skipif(X86.available() is not None, reason=f"x86 cannot run here: {X86.available()}")]
+
+TASK = {"op": "matmul", "args": {"M": 48, "N": 48, "K": 48}, "template": "tiled"}
+TARGET = {"name": "x86", "num_threads": 1}
+FAST = {"repeat": 1, "number": 1, "min_repeat_ms": 1}
+WORKER = [sys.executable, "-c", "import sys; from tunekit.cli import main; sys.exit(main())", "worker"]
+
+
+def query(db: str, sql: str) -> list[tuple]:
+    import sqlite3
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+        return c.execute(sql).fetchall()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Farm:
+    """A scheduler (a trial is retried once after its worker died) and workers, as processes."""
+
+    def __init__(self, tmp, workers: int = 2):
+        self.address = f"tcp://127.0.0.1:{free_port()}"
+        self.env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
+        self.log = open(tmp / "farm.log", "w")
+        self.scheduler = self._start(["dask", "scheduler", "--host", "127.0.0.1", "--port",
+                                      self.address.rsplit(":", 1)[1], "--no-dashboard"])
+        self.workers = [self.worker("cpu") for _ in range(workers)]
+        from distributed import Client
+        with Client(self.address, timeout=30) as c:
+            c.wait_for_workers(workers, timeout=60)
+
+    def _start(self, cmd) -> subprocess.Popen:
+        return subprocess.Popen(cmd, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def worker(self, device: str, *extra: str) -> subprocess.Popen:
+        return self._start([*WORKER, "--scheduler", self.address, "--device", device, *extra])
+
+    def facts(self) -> dict:
+        """Each cpu worker's describe(): pid, trials measured, fingerprint."""
+        from distributed import Client
+        from tunekit_plugins.runners.dask.worker import describe
+        with Client(self.address, timeout=10) as c:
+            return c.run(describe, X86(X86.Options(num_threads=1)).spec())
+
+    def close(self) -> None:
+        for p in [*self.workers, self.scheduler]:
+            if p.poll() is None:
+                p.terminate()
+        for p in [*self.workers, self.scheduler]:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory):
+    f = Farm(tmp_path_factory.mktemp("farm"))
+    yield f
+    f.close()
+
+
+def runner(farm_address: str, device: str = "cpu", **more) -> dict:
+    return {"runner": {"name": "dask", "scheduler": farm_address, "device": device, **more}, **FAST}
+
+
+def test_a_run_is_spread_over_both_workers_and_stored_like_a_local_one(farm, tmp_path):
+    db = str(tmp_path / "farm.db")
+    before = {w: f["measured"] for w, f in farm.facts().items()}
+    st, = tunekit.tune([TASK], target=TARGET, trials=24, database=db, tuning={"batch_size": 8},
+                       measure=runner(farm.address))
+    assert st.done == 24 and st.errors == 0 and st.best is not None   # every kernel checked on a worker
+    facts = farm.facts()
+    assert all(f["measured"] > before[w] for w, f in facts.items())   # both devices timed trials
+    devices = {r[0] for r in query(db, "SELECT device FROM trials")}
+    assert devices == {f["fingerprint"] for f in facts.values()}      # keyed by the workers' device
+    # the same records serve a build here (this machine is the workers' device)
+    with tunekit.apply_history_best(db):
+        k = tunekit.build("matmul", TASK["args"], target=X86(X86.Options(num_threads=1)), template="tiled")
+    assert k.tuned and k.config.index == st.best.index
+
+
+def test_an_unreachable_scheduler_is_a_clear_error_at_start(tmp_path):
+    address = f"tcp://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(TunekitError, match=f"cannot reach the Dask scheduler at {address}.*dask scheduler"):
+        tunekit.tune([TASK], target=TARGET, trials=2, database=str(tmp_path / "t.db"),
+                     measure=runner(address, connect_timeout_s=2))
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_device_no_worker_holds_is_a_clear_error(farm, tmp_path):
+    with pytest.raises(TunekitError, match=r"no worker .* holds device 'gpu9' \(devices there: cpu\).*"
+                                           r"tunekit worker --scheduler"):
+        tunekit.tune([TASK], target=TARGET, trials=2, database=str(tmp_path / "t.db"),
+                     measure=runner(farm.address, "gpu9"))
+
+
+def test_a_worker_killed_mid_run_loses_no_trial(tmp_path):
+    farm = Farm(tmp_path)
+    try:
+        db = str(tmp_path / "kill.db")
+        result = {}
+
+        def tune():
+            result["st"] = tunekit.tune([TASK], target=TARGET, trials=40, database=db, tuning={"batch_size": 8},
+                                        measure=runner(farm.address))[0]
+        t = threading.Thread(target=tune)
+        t.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and t.is_alive():
+            if os.path.exists(db) and query(db, "SELECT COUNT(*) FROM trials")[0][0] >= 6:
+                break
+            time.sleep(0.1)
+        victim = farm.workers[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        t.join(180)
+        assert not t.is_alive() and victim.wait(5) == -signal.SIGKILL
+        st = result["st"]
+        assert st.done == 40 and st.errors == 0   # the killed worker's trials ran on the other one
+        assert query(db, "SELECT COUNT(DISTINCT config_index) FROM trials")[0][0] == 40
+    finally:
+        farm.close()
+
+
+def test_an_emulated_arm_worker_must_be_allowed_and_its_records_are_its_own(farm, tmp_path):
+    from tunekit_plugins.targets.llvm import qemu
+    if why := qemu.missing():
+        pytest.skip(why)
+    arm = farm.worker("arm-emu", "--target", "arm-cpu", "--emulate")
+    try:
+        from distributed import Client
+        with Client(farm.address, timeout=10) as c:
+            c.wait_for_workers(len(farm.workers) + 1, timeout=60)
+        kw = dict(target="arm-cpu", trials=4, tuning={"batch_size": 4})
+        with pytest.raises(TunekitError, match="emulated .*allow_emulated = true"):
+            tunekit.tune([TASK], database=str(tmp_path / "no.db"), measure=runner(farm.address, "arm-emu"), **kw)
+        db = str(tmp_path / "arm.db")
+        st, = tunekit.tune([TASK], database=db, measure=runner(farm.address, "arm-emu", allow_emulated=True), **kw)
+        assert st.done == 4 and st.errors == 0   # aarch64 code run under qemu, checked against numpy
+        arm_cpu = tunekit.registry().component("target", "arm-cpu")
+        emulated = arm_cpu(arm_cpu.Options(emulate=True)).device().fingerprint()
+        assert {r[0] for r in query(db, "SELECT device FROM trials")} == {emulated}
+        assert emulated != arm_cpu().device().fingerprint()   # never a real board's best
+    finally:
+        arm.terminate()
+        arm.wait(10)
