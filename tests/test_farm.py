@@ -170,3 +170,36 @@ def test_an_emulated_arm_worker_must_be_allowed_and_its_records_are_its_own(farm
     finally:
         arm.terminate()
         arm.wait(10)
+
+
+def test_a_scheduler_lost_mid_run_stops_it_cleanly_and_the_rerun_resumes(tmp_path):
+    farm = Farm(tmp_path)
+    db, result = str(tmp_path / "lost.db"), {}
+
+    def tune(address):
+        try:
+            result["st"] = tunekit.tune([TASK], target=TARGET, trials=40, database=db, tuning={"batch_size": 8},
+                                        measure=runner(address))[0]
+        except TunekitError as e:
+            result["error"] = e
+    try:
+        t = threading.Thread(target=tune, args=(farm.address,))
+        t.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and t.is_alive():
+            if os.path.exists(db) and query(db, "SELECT COUNT(*) FROM trials")[0][0] >= 6:
+                break
+            time.sleep(0.1)
+        os.kill(farm.scheduler.pid, signal.SIGKILL)
+        t.join(120)
+        assert not t.is_alive() and "lost the Dask scheduler" in str(result.get("error"))
+    finally:
+        farm.close()
+    saved = query(db, "SELECT COUNT(*) FROM trials")[0][0]
+    assert 6 <= saved < 40 and query(db, "SELECT COUNT(*) FROM trials WHERE error IS NOT NULL")[0][0] == 0
+    again = Farm(tmp_path)
+    try:
+        tune(again.address)
+        assert result["st"].done == 40 and len(result["st"].trials) == 40   # resumed: only the rest measured
+    finally:
+        again.close()
