@@ -26,7 +26,7 @@ import numpy as np
 
 import tunekit
 
-from .cpu import KernelLoadError, check_arguments, kernel_params
+from .kernels import KernelLoadError, check_arguments, kernel_params
 
 QEMU, GCC = "qemu-aarch64", "aarch64-linux-gnu-gcc"
 #: seconds one emulator process may take (a runner's own deadline usually ends it first)

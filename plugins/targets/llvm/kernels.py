@@ -1,0 +1,80 @@
+"""Calling a compiled CPU kernel from Python: its parameters, the checks on the arrays
+it is given (a wrong call would write out of bounds), and the ctypes call itself.
+Shared by MCJIT-loaded kernels (cpu.py) and emulated ones (qemu.py)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import platform
+from collections.abc import Callable
+
+import numpy as np
+
+import tunekit
+from tunekit.errors import TunekitError
+
+
+class KernelArgumentError(TunekitError, ValueError):
+    """A compiled kernel was called with arrays that do not match its parameters."""
+
+
+class KernelLoadError(TunekitError):
+    """A compiled kernel cannot be loaded or run on this machine."""
+
+
+@functools.cache
+def _data_pointer() -> Callable[[np.ndarray], int]:
+    """The fastest way to an array's data address: read PyArrayObject.data (right after
+    the object header) when that reads what numpy reports, else `a.ctypes.data`."""
+    probe = np.arange(3.0)
+    offset = object.__basicsize__   # PyArrayObject: PyObject_HEAD, then char *data
+    read = ctypes.c_void_p.from_address
+    try:
+        if platform.python_implementation() == "CPython" and read(id(probe) + offset).value == probe.ctypes.data:
+            return lambda a: read(id(a) + offset).value
+    except (ValueError, OSError):
+        pass
+    return lambda a: a.ctypes.data
+
+
+def kernel_params(artifact: tunekit.Artifact) -> list[tuple[str, tuple, np.dtype]]:
+    """Return the kernel's parameters as (name, shape, numpy dtype), in call order."""
+    return [(name, tuple(shape), np.dtype(dtype if dtype != "bool" else np.bool_))
+            for name, shape, dtype in artifact.meta["params"]]
+
+
+def check_arguments(entry: str, params: list, arrays: tuple) -> None:
+    """Raise KernelArgumentError unless `arrays` are the kernel's: count, dtype, shape, C-contiguous, aligned."""
+    if len(arrays) != len(params):
+        raise KernelArgumentError(f"{entry} takes {len(params)} arrays ({', '.join(p[0] for p in params)}), "
+                                  f"got {len(arrays)}")
+    for k, (a, (name, shape, dt)) in enumerate(zip(arrays, params)):
+        if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shape
+                and a.flags.c_contiguous and a.flags.aligned):
+            got = (f"{a.dtype} array of shape {a.shape}" + ("" if a.flags.c_contiguous else ", not C-contiguous")
+                   + ("" if a.flags.aligned else ", not aligned") if isinstance(a, np.ndarray)
+                   else type(a).__name__)
+            raise KernelArgumentError(f"{entry}: argument {k} ({name}) must be a C-contiguous, aligned {dt} "
+                                      f"numpy array of shape {shape}; got a {got}")
+
+
+def call_kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., None]:
+    """Return `kernel(*arrays)`: call the loaded code at `addr` (kept alive by `engine`) on numpy arrays."""
+    entry, ps, data = artifact.entry, kernel_params(artifact), _data_pointer()
+    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(ps))(addr)
+    n, expected = len(ps), [(dt, shape) for _, shape, dt in ps]
+
+    def kernel(*arrays: np.ndarray) -> None:
+        # the fast check inline (kernels are timed through this call); check_arguments says what is wrong
+        if len(arrays) != n:
+            check_arguments(entry, ps, arrays)
+        for k, a in enumerate(arrays):
+            dt, shape = expected[k]
+            if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shape
+                    and (f := a.flags).c_contiguous and f.aligned):
+                check_arguments(entry, ps, arrays)
+        cfunc(*map(data, arrays))
+
+    kernel.engine = engine   # the code lives as long as the engine does
+    kernel.__name__ = entry
+    return kernel
