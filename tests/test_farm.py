@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -28,7 +29,6 @@ WORKER = [sys.executable, "-c", "import sys; from tunekit.cli import main; sys.e
 
 
 def query(db: str, sql: str) -> list[tuple]:
-    import sqlite3
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
         return c.execute(sql).fetchall()
 
@@ -85,6 +85,21 @@ def farm(tmp_path_factory):
     f.close()
 
 
+def tune_in_background(target, db: str, after: int = 6) -> threading.Thread:
+    """Start `target` (a tuning run) in a thread; return it once `after` trials are in `db`."""
+    t = threading.Thread(target=target)
+    t.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and t.is_alive():
+        try:
+            if os.path.exists(db) and query(db, "SELECT COUNT(*) FROM trials")[0][0] >= after:
+                break
+        except sqlite3.OperationalError:   # the tuner is still creating the database
+            pass
+        time.sleep(0.1)
+    return t
+
+
 def runner(farm_address: str, device: str = "cpu", **more) -> dict:
     return {"runner": {"name": "dask", "scheduler": farm_address, "device": device, **more}, **FAST}
 
@@ -130,13 +145,7 @@ def test_a_worker_killed_mid_run_loses_no_trial(tmp_path):
         def tune():
             result["st"] = tunekit.tune([TASK], target=TARGET, trials=40, database=db, tuning={"batch_size": 8},
                                         measure=runner(farm.address))[0]
-        t = threading.Thread(target=tune)
-        t.start()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and t.is_alive():
-            if os.path.exists(db) and query(db, "SELECT COUNT(*) FROM trials")[0][0] >= 6:
-                break
-            time.sleep(0.1)
+        t = tune_in_background(tune, db)
         victim = farm.workers[0]
         os.kill(victim.pid, signal.SIGKILL)
         t.join(180)
@@ -187,13 +196,7 @@ def test_a_scheduler_lost_mid_run_stops_it_cleanly_and_the_rerun_resumes(tmp_pat
         except TunekitError as e:
             result["error"] = e
     try:
-        t = threading.Thread(target=tune, args=(farm.address,))
-        t.start()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and t.is_alive():
-            if os.path.exists(db) and query(db, "SELECT COUNT(*) FROM trials")[0][0] >= 6:
-                break
-            time.sleep(0.1)
+        t = tune_in_background(lambda: tune(farm.address), db)
         os.kill(farm.scheduler.pid, signal.SIGKILL)
         t.join(120)
         assert not t.is_alive() and "lost the Dask scheduler" in str(result.get("error"))
