@@ -178,3 +178,22 @@ def test_a_task_naming_no_template_is_tuned_on_each_and_built_from_the_fastest(t
                                                                                fastest.best.index)
     named = tunekit.tune([{**plain, "template": "second"}], target="null", trials=4, database=db)
     assert [st.ts.template.name for st in named] == ["second"]   # a named template is the only one
+
+
+def test_the_network_estimate_takes_each_tasks_fastest_template_times_its_weight():
+    from types import SimpleNamespace as NS
+
+    from tunekit.progress import TuneProgress, label, network_estimate
+
+    def state(key, template, weight, cost):
+        return NS(key=NS(workload=key), best=NS(cost=cost) if cost else None,
+                  ts=NS(task=NS(weight=weight, name=f"task {key}"), template=NS(name=template)))
+    a1, a2, b = state("a", "direct", 4, 0.002), state("a", "nchwc", 4, 0.001), state("b", "rows", 1, 0.003)
+    assert network_estimate([a1, a2, b]) == pytest.approx(4 * 0.001 + 0.003)
+    assert network_estimate([a1, a2, state("b", "rows", 1, None)]) is None   # a task with no time yet
+    assert network_estimate([state("c", "x", 1, 0.1)]) is None               # not a network's tasks
+    assert label(a2, [a1, a2, b]) == "task a [nchwc]" and label(b, [a1, a2, b]) == "task b"
+    p = TuneProgress()
+    p.states = [a1, a2, b]
+    p._footer()
+    assert p.bar.footer == "network: 7.000 ms estimated so far"
