@@ -40,10 +40,14 @@ def _compiled(path: str, db: str | None):
         return tunekit.compile_model(path, target="x86", database=db)
 
 
-def tunekit_times(path: str, db: str | None) -> list[float]:
-    net = _compiled(path, db)
+def run_times(net) -> list[float]:
+    """Seconds per run of a compiled model on a seeded input."""
     x = _input(next(iter(net.graph.inputs.values()))[0])
     return time_fn(lambda: net(x), min_s=0.3, repeat=7)
+
+
+def tunekit_times(path: str, db: str | None) -> list[float]:
+    return run_times(_compiled(path, db))
 
 
 def _ort(path: str):
@@ -70,14 +74,14 @@ def torch_times(path: str) -> list[float]:
     return time_fn(lambda: run(x), min_s=0.3, repeat=7)
 
 
-def agreement(path: str, db: str) -> str:
+def agreement(path: str, model) -> str:
     """The largest difference of tunekit's and PyTorch's outputs from onnxruntime's on one input."""
     import numpy as np
     from torch_onnx import torch_model
     run, shape = _ort(path)
     x = _input(shape)
     ref = run(x)[0]
-    tk, pt = _compiled(path, db)(x)[0], torch_model(path)[0](x)[0]
+    tk, pt = model(x)[0], torch_model(path)[0](x)[0]
     scale = float(np.abs(ref).max())
     return (f"max |difference| from onnxruntime's output (max |output| {scale:.3g}): tunekit "
             f"{float(np.abs(tk - ref).max()):.2e}, PyTorch {float(np.abs(pt - ref).max()):.2e}")
@@ -133,9 +137,8 @@ def bench(net: str, size: int, out: str, stages: tuple) -> dict:
               f"{tk * 1e3:.3f} ms ({tk_lo * 1e3:.3f}-{tk_hi * 1e3:.3f}), onnxruntime {ort * 1e3:.3f} ms "
               f"({ort_lo * 1e3:.3f}-{ort_hi * 1e3:.3f}), PyTorch {pt * 1e3:.3f} ms ({pt_lo * 1e3:.3f}-"
               f"{pt_hi * 1e3:.3f}): tunekit is {ort / tk:.2f}x onnxruntime's speed, {pt / tk:.2f}x PyTorch's")
-    print("  " + agreement(path, db))
-
     model = _compiled(path, db)
+    print("  " + agreement(path, model))
     rows = model.profile(repeat=20)
     total = sum(r["seconds"] for r in rows)
     print(f"per layer of {net} (tuned):")
@@ -143,7 +146,7 @@ def bench(net: str, size: int, out: str, stages: tuple) -> dict:
         print(f"  {r['layer']:8s} {r['op']:17s} {kernel.task.template_name or '-':7s} {r['seconds'] * 1e3:7.3f} ms "
               f"{r['seconds'] / total:5.0%} {r['gflops']:7.1f} GFLOPS {'tuned' if r['tuned'] else 'fallback'}")
     print(f"  activation buffers {model.peak_bytes / 2**20:.2f} MiB; layer sum {total * 1e3:.3f} ms, "
-          f"median run {statistics.median(tunekit_times(path, db)) * 1e3:.3f} ms")
+          f"median run {statistics.median(run_times(model)) * 1e3:.3f} ms")
     return points
 
 

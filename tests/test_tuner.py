@@ -183,7 +183,7 @@ def test_a_task_naming_no_template_is_tuned_on_each_and_built_from_the_fastest(t
 def test_the_network_estimate_takes_each_tasks_fastest_template_times_its_weight():
     from types import SimpleNamespace as NS
 
-    from tunekit.progress import TuneProgress, label, network_estimate
+    from tunekit.progress import TuneProgress, labels, network_estimate
 
     def state(key, template, weight, cost):
         return NS(key=NS(workload=key), best=NS(cost=cost) if cost else None,
@@ -192,7 +192,7 @@ def test_the_network_estimate_takes_each_tasks_fastest_template_times_its_weight
     assert network_estimate([a1, a2, b]) == pytest.approx(4 * 0.001 + 0.003)
     assert network_estimate([a1, a2, state("b", "rows", 1, None)]) is None   # a task with no time yet
     assert network_estimate([state("c", "x", 1, 0.1)]) is None               # not a network's tasks
-    assert label(a2, [a1, a2, b]) == "task a [nchwc]" and label(b, [a1, a2, b]) == "task b"
+    assert labels([a1, a2, b]) == ["task a [direct]", "task a [nchwc]", "task b"]
     p = TuneProgress()
     p.states = [a1, a2, b]
     p._footer()

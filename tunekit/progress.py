@@ -3,6 +3,7 @@ both fitting an 80-column terminal."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -38,8 +39,8 @@ class TuneProgress:
 
     def start(self, states, budget: int) -> None:
         self.bar.start()
-        for st in states:
-            self.ids[id(st)] = self.bar.add_task(label(st, states, 20), total=budget, completed=st.done,
+        for st, name in zip(states, labels(states, 20)):
+            self.ids[id(st)] = self.bar.add_task(name, total=budget, completed=st.done,
                                                  gflops=st.best_gflops, errors=st.errors, share=0.0,
                                                  busy="")
         self.states = states
@@ -58,11 +59,14 @@ class TuneProgress:
         self.bar.stop()
 
 
-def label(st, states, width: int | None = None) -> str:
-    """The task's name (cut to `width`), and its template when it is tuned on several."""
-    several = sum(o.key.workload == st.key.workload for o in states) > 1
-    tail = f" [{st.ts.template.name}]" if several else ""
-    return (st.ts.task.name[: width - len(tail)] if width else st.ts.task.name) + tail
+def labels(states, width: int | None = None) -> list[str]:
+    """Each state's task name (cut to `width`), and its template where the task is tuned on several."""
+    counts = Counter(st.key.workload for st in states)
+    out = []
+    for st in states:
+        tail = f" [{st.ts.template.name}]" if counts[st.key.workload] > 1 else ""
+        out.append((st.ts.task.name[: width - len(tail)] if width else st.ts.task.name) + tail)
+    return out
 
 
 def summary_table(states) -> Group:
@@ -73,17 +77,16 @@ def summary_table(states) -> Group:
     for col in ("task", "trials", "GFLOPS", "best ms", "err", "tuner", "stopped"):
         t.add_column(col, overflow="fold")
     configs = []
-    for st in states:
+    for st, name in zip(states, labels(states)):
         b, earlier = st.best, len(st.trials) - st.done
-        t.add_row(Text(label(st, states)), f"{st.done} (+{earlier})" if earlier else str(st.done),
+        t.add_row(Text(name), f"{st.done} (+{earlier})" if earlier else str(st.done),
                   f"{st.best_gflops:.1f}", f"{b.cost * 1e3:.3f}" if b else "-", str(st.errors),
                   f"{st.tuner_share:.0%}", st.finished or "-")
-        configs.append(Text(f"{label(st, states)}: " + (f"#{b.index} {json.dumps(b.config)}" if b else "-")))
+        configs.append(Text(f"{name}: " + (f"#{b.index} {json.dumps(b.config)}" if b else "-")))
         if b is not None and st.retimed is not None and abs(st.retimed / b.cost - 1) > BUSY:
             configs.append(Text(f"  timed again at the end: {st.ts.task.flops / st.retimed / 1e9:.1f} GFLOPS "
                                 f"({st.retimed * 1e3:.3f} ms): the machine was busy while it was measured"))
-    if (est := network_estimate(states)) is not None:
-        total = est
+    if (total := network_estimate(states)) is not None:
         configs.append(Text(f"network: {total * 1e3:.3f} ms estimated (each task's best time x how often the "
                             "network runs it)"))
     suspect = sum(st.suspect for st in states)

@@ -33,7 +33,7 @@ from .recipe_components import component_field
 from .recipe_errors import check_keys, error, message, path
 from .runners import TimingPolicy
 from .targets import RunSettings
-from .task import Task
+from .task import Task, serving_templates
 
 #: fields that bound how long a run goes on, not what it is (left out of `run_hash`)
 BUDGETS = ("trials", "time_budget_s", "early_stopping")
@@ -215,7 +215,7 @@ class Recipe(Section):
         """What keeps `task` (of entry `i`) from being tuned on the target: its args, or no template."""
         op, name = task.op.name, task.template_name
         try:
-            serving = [t for t in registry().templates if t.op == op and t.serves(self.target.cls, task.args)]
+            serving = serving_templates(op, self.target.cls, task.args)
         except AttributeError as e:  # a target class without `family`
             raise error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
         if why := target.check_task(task):

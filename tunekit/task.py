@@ -59,7 +59,7 @@ class Task:
         (each is tuned, and the fastest config of any is the task's), else itself."""
         if self.template_name is not None:
             return [self]
-        names = [t.name for t in registry().templates if t.op == self.op.name and t.serves(target, self.args)]
+        names = [t.name for t in serving_templates(self.op.name, target, self.args)]
         if len(names) < 2:
             return [self]
         return [Task(self.op.name, self.args, template=n, weight=self.weight, workload=self.workload)
@@ -86,10 +86,15 @@ class TaskSpec:
         return Task(self.op, dict(self.args), template=self.template)
 
 
+def serving_templates(op: str, target, args: dict | None = None) -> list:
+    """The templates that schedule `op` on `target` (with `args`: that compute their epilogue)."""
+    return [t for t in registry().templates if t.op == op and t.serves(target, args)]
+
+
 def pick_template(op: str, target, name: str | None = None, args: dict | None = None):
     """The template for `op` (with `args`: one that computes their epilogue) on `target`:
     the one named, else the highest priority."""
-    cands = [t for t in registry().templates if t.op == op and t.serves(target, args)]
+    cands = serving_templates(op, target, args)
     if name is not None:
         named = [t for t in cands if t.name == name]
         if not named:

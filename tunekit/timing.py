@@ -22,7 +22,8 @@ _DATA: dict = {}
 @contextmanager
 def timing_lock():
     """Machine-wide: one tunekit process times kernels at a time (per device: a farm's
-    workers on one machine, each on its own cores, name their own lock)."""
+    workers on one machine, each on its own cores, name their own lock in the environment
+    variable TUNEKIT_TIMING_LOCK, which their isolated children inherit)."""
     path = os.path.join(tempfile.gettempdir(), os.environ.get("TUNEKIT_TIMING_LOCK", "tunekit-timing.lock"))
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)

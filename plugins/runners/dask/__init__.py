@@ -66,7 +66,11 @@ class DaskRunner(tunekit.Runner):
             raise TunekitError(f"cannot reach the Dask scheduler at {o.scheduler} within {o.connect_timeout_s:g} s "
                                f"({type(e).__name__}: {e}); start it with `dask scheduler` and workers with "
                                f"`tunekit worker --scheduler {o.scheduler} --device {o.device}`") from None
-        self._fingerprint = self._check_devices()
+        try:
+            self._fingerprint = self._check_devices()
+        except BaseException:
+            self.close()
+            raise
 
     def _check_devices(self) -> str:
         """Every worker holding the device, checked: one target, one fingerprint, emulation allowed."""
@@ -76,25 +80,21 @@ class DaskRunner(tunekit.Runner):
         if not holding:
             have = sorted({r.split(":", 1)[1] for info in workers.values() for r in info.get("resources", {})
                            if r.startswith("tunekit-device:")})
-            self.close()
             raise TunekitError(f"no worker of the Dask scheduler at {o.scheduler} holds device {o.device!r} "
                                f"(devices there: {', '.join(have) or 'none'}); start one with `tunekit worker "
                                f"--scheduler {o.scheduler} --device {o.device} --target {self.target.name}`")
         facts = self.client.run(_worker.describe, self.target.spec(), workers=holding, on_error="return")
         bad = {w: f for w, f in facts.items() if isinstance(f, BaseException)}
         if bad:
-            self.close()
             w, e = next(iter(bad.items()))
             raise TunekitError(f"device {o.device!r}: worker {w} cannot measure {self.target.name!r} kernels: {e}")
         emulated = [w for w, f in facts.items() if f["emulated"]]
         if emulated and not o.allow_emulated:
-            self.close()
             raise TunekitError(f"device {o.device!r}: workers {', '.join(emulated)} are emulated (qemu): their "
                                "timings are no device's; set allow_emulated = true in the runner's options to "
                                "check kernels on them (their records get their own device fingerprint)")
         prints = {f["fingerprint"] for f in facts.values()}
         if len(prints) > 1:
-            self.close()
             raise TunekitError(f"the workers of device {o.device!r} are different devices (fingerprints "
                                f"{', '.join(sorted(prints))}): give each kind of device its own name")
         self.workers = holding

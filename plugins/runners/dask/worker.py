@@ -14,7 +14,6 @@ import json
 import os
 import threading
 
-import tunekit
 from tunekit.errors import TunekitError
 from tunekit.isolated import IsolatedProcess, device_lost
 from tunekit.records import RUN_ERROR, Outcome
@@ -37,30 +36,27 @@ class DeviceService:
         self.process = IsolatedProcess()
         self.measured = 0
         self.lock = threading.Lock()   # one trial at a time, even if the worker has several threads
-        self._targets: dict = {}
+        self._resolved: dict = {}
 
-    def target_for(self, spec: tuple[str, str]):
-        """The target instance of (name, options JSON), made once."""
-        if spec not in self._targets:
-            cls = tunekit.registry().component("target", spec[0])
-            self._targets[spec] = cls(cls.Options.model_validate_json(spec[1]))
-        return self._targets[spec]
-
-    def spec(self, host_spec: tuple[str, str]) -> tuple[str, str]:
-        """The target to measure with: the tuning host's options, overridden by this worker's own."""
-        name, options = host_spec
-        if name != self.target.name:
-            raise TunekitError(f"worker for device {self.device!r} measures {self.target.name!r} kernels, "
-                               f"not {name!r}")
-        merged = {**json.loads(options), **self.target.options.model_dump(exclude_unset=True)}
-        return name, type(self.target.options)(**merged).model_dump_json()
+    def resolve(self, host_spec: tuple[str, str]) -> tuple[tuple[str, str], object]:
+        """The target to measure with, as (spec, instance): the tuning host's options overridden
+        by this worker's own (made once per host spec)."""
+        if host_spec not in self._resolved:
+            name, options = host_spec
+            if name != self.target.name:
+                raise TunekitError(f"worker for device {self.device!r} measures {self.target.name!r} kernels, "
+                                   f"not {name!r}")
+            merged = {**json.loads(options), **self.target.options.model_dump(exclude_unset=True)}
+            target = type(self.target)(type(self.target.options)(**merged))
+            self._resolved[host_spec] = (target.spec(), target)
+        return self._resolved[host_spec]
 
 
 def describe(host_spec: tuple[str, str]) -> dict:
     """What this worker's device is, for the runner's start: its target, whether it is
     emulated, and the fingerprint its records are keyed by (with the host's options)."""
     svc = _service()
-    target = svc.target_for(svc.spec(host_spec))
+    _, target = svc.resolve(host_spec)
     return {"device": svc.device, "target": target.name, "emulated": bool(getattr(target, "emulated", False)),
             "fingerprint": target.device().fingerprint(), "measured": svc.measured, "pid": os.getpid()}
 
@@ -69,12 +65,11 @@ def measure(host_spec: tuple[str, str], task_spec, artifact, policy) -> Outcome:
     """Check and time one artifact on this worker's device (what the runner submits)."""
     svc = _service()
     try:
-        spec = svc.spec(host_spec)
+        spec, target = svc.resolve(host_spec)
     except TunekitError as e:
         return Outcome(error=RUN_ERROR, message=str(e))
     with svc.lock:
-        out = device_lost(svc.process.run(spec, task_spec, artifact, policy), svc.process.crashed,
-                          svc.target_for(spec))
+        out = device_lost(svc.process.run(spec, task_spec, artifact, policy), svc.process.crashed, target)
         svc.measured += 1
     return out
 
