@@ -17,7 +17,13 @@ EPILOGUES = [{"bias": True}, {"residual": True}, {"activation": "relu"}, {"activ
              {"bias": True, "residual": True, "activation": "relu6"}]
 CASES = [("conv2d", {"N": 1, "C": 3, "H": 7, "W": 9, "K_out": 5, "R": 3, "S": 3, "padding": 1}, "direct"),
          ("conv2d", {"N": 1, "C": 3, "H": 7, "W": 9, "K_out": 5, "R": 3, "S": 3, "padding": 1}, "nchwc"),
-         ("depthwise_conv2d", {"N": 1, "C": 4, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1}, "rows")]
+         ("depthwise_conv2d", {"N": 1, "C": 4, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1}, "rows"),
+         ("conv2d", {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 16, "R": 3, "S": 3, "padding": 1, "layout": "NCHW8c"},
+          "blocked"),
+         ("conv2d", {"N": 1, "C": 3, "H": 7, "W": 9, "K_out": 8, "R": 1, "S": 1, "layout": "NCHW4c",
+                     "data_layout": "NCHW"}, "blocked"),
+         ("depthwise_conv2d", {"N": 1, "C": 8, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1,
+                               "layout": "NCHW8c"}, "blocked")]
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
 
 

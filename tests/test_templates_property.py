@@ -14,8 +14,13 @@ from tunekit.space import ConfigSpace
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 
 
-def small_args(op: str):
-    """A strategy of small argument dicts for `op`."""
+def small_args(op: str, blocked: bool = False):
+    """A strategy of small argument dicts for `op` (in a blocked layout: channels in blocks of 2 or 4)."""
+    if blocked:
+        return small_args(op).flatmap(lambda a: st.sampled_from([2, 4]).flatmap(lambda b: st.fixed_dictionaries({
+            **{k: st.just(v) for k, v in a.items()}, "layout": st.just(f"NCHW{b}c"), "C": st.just(a["C"] * b),
+            **({"K_out": st.just(a["K_out"] * b), "data_layout": st.sampled_from([None, "NCHW"])}
+               if op == "conv2d" else {})})))
     d = st.integers
     if op == "matmul":
         return st.fixed_dictionaries({"M": d(1, 12), "N": d(1, 20), "K": d(1, 9)})
@@ -48,7 +53,7 @@ TEMPLATES = [t for t in registry().templates if small_args(t.op) is not None]
 def test_random_configs_match_reference(template, data):
     op = registry().op(template.op)
     try:
-        args = op.canonical(data.draw(small_args(template.op)))
+        args = op.canonical(data.draw(small_args(template.op, template.blocked)))
     except ArgumentError:   # e.g. a dilated kernel larger than the padded input
         assume(False)
     device = device_for(template)

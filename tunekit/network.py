@@ -13,6 +13,7 @@ from ._registry import registry
 from .dispatch import Kernel, apply_history_best, build, make_component
 from .errors import ArgumentError, ModelError
 from .graph import Graph
+from .graph.layout import block_activations
 from .memory import empty
 from .task import Task
 
@@ -31,15 +32,36 @@ def load_graph(path: str) -> Graph:
     raise ModelError(f"{path}: no frontend reads {suffix or 'files without a suffix'} files (installed: {known})")
 
 
-def extract_tasks(path: str) -> list[tuple[Task, int]]:
-    """Return the distinct tuning tasks of the model at `path`, each with how many times
-    the network runs it, in order of first use. Fused variants of one op and shape
-    count as one task: they share its config space and records."""
+def layout_block(target) -> int:
+    """The channel block a network's activations take on `target`: its float32 vector
+    lanes where a template schedules blocked layouts for it, else 0 (plain NCHW)."""
+    if not any(t.blocked and t.serves(target) for t in registry().templates):
+        return 0
+    return target.device().lanes("float32")
+
+
+def for_target(graph: Graph, target) -> Graph:
+    """`graph` in the activation layout `target` runs best (`layout_block`)."""
+    b = layout_block(target)
+    return block_activations(graph, b) if b else graph
+
+
+def graph_tasks(graph: Graph) -> list[tuple[Task, int]]:
+    """The distinct tuning tasks of `graph` with how many times it runs each, in order of first use."""
     found: dict[str, list] = {}
-    for node in load_graph(path).nodes:
+    for node in graph.nodes:
         task = Task(node.op, node.args).anchor()
         found.setdefault(task.key, [task, 0])[1] += 1
     return [(t, n) for t, n in found.values()]
+
+
+def extract_tasks(path: str, target="x86") -> list[tuple[Task, int]]:
+    """Return the distinct tuning tasks of the model at `path` on `target`, each with how
+    many times the network runs it, in order of first use. Fused variants of one op
+    and shape count as one task: they share its config space and records. The tasks
+    are in the activation layout the target runs (blocked on CPUs: `layout_block`),
+    the layout `compile_model` runs them in."""
+    return graph_tasks(for_target(load_graph(path), make_component("target", target)))
 
 
 class CompiledModel:
@@ -53,6 +75,7 @@ class CompiledModel:
     """
 
     def __init__(self, graph: Graph, target, database: str | None = None):
+        graph = for_target(graph, target)
         self.graph, self.target = graph, target
         keys = [Task(node.op, node.args).key for node in graph.nodes]
         kernels: dict[str, Kernel] = {}   # one per distinct (fused) task

@@ -62,6 +62,7 @@ class TaskSpec(Section):
     model: str | None = Field(None, description="A model file (e.g. \"net.onnx\", relative to the recipe) instead: "
                               "its distinct tasks, each weighted by how often the network runs it.")
     _model_tasks: list = PrivateAttr(default_factory=list)
+    _graph: Any = PrivateAttr(None)
 
     @model_validator(mode="before")
     @classmethod
@@ -103,17 +104,24 @@ class TaskSpec(Section):
         return self
 
     def _network(self, base: str):
-        from .network import extract_tasks
+        from .network import load_graph
         if self.op is not None or self.workload is not None or self.template is not None or self.args:
             raise error([((), "a model entry takes no op, workload, args or template (they come from the model)",
                            None)])
         path = Path(base) / self.model
         self.model = str(path.resolve())   # the recipe's dict (to_dict) then validates from anywhere
         try:
-            self._model_tasks = [Task(t.op.name, t.args, weight=n) for t, n in extract_tasks(str(path))]
+            self._graph = load_graph(str(path))
         except TunekitError as e:
             raise error([(("model",), str(e), self.model)]) from None
         return self
+
+    def on_target(self, target) -> None:
+        """Expand a model entry into its tasks in the layout `target` runs the network in."""
+        if self.model is not None:
+            from .network import for_target, graph_tasks
+            self._model_tasks = [Task(t.op.name, t.args, weight=n) for t, n in graph_tasks(for_target(self._graph,
+                                                                                                      target))]
 
     def tasks(self) -> list[Task]:
         """Return the `tunekit.Task`s this entry describes (a model's are weighted by their counts)."""
@@ -205,6 +213,8 @@ class Recipe(Section):
     @model_validator(mode="after")
     def _templates(self):
         target = self.target.create()
+        for spec in self.tasks:
+            spec.on_target(target)
         problems = [p for i, spec in enumerate(self.tasks) for task in spec.tasks()
                     for p in self._task_problems(i, task, target)]
         if problems:

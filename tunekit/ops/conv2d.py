@@ -1,4 +1,6 @@
-"""conv2d: data[N, C, H, W] (NCHW) * weight[K_out, C, R, S] (OIHW) = out[N, K_out, OH, OW].
+"""conv2d: data[N, C, H, W] (NCHW) * weight[K_out, C, R, S] (OIHW) = out[N, K_out, OH, OW];
+in a blocked layout (`tunekit.ops.layout`) the activations are [N, C/b, H, W, b] and
+the weights [K_out/b, C, R, S, b].
 
 OH = (H + 2*pad_h - dil_h*(R-1) - 1) // stride_h + 1 (OW likewise); H, W are input
 sizes. Stages: "pad" (zero padding; absent when padding is 0) feeding "conv",
@@ -15,7 +17,9 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from .. import ir, te
 from ..te.tensor import all_
 from . import epilogue
+from . import layout as layouts
 from .epilogue import Epilogue, EpilogueArgs, has_epilogue
+from .layout import Layout, block_of, check_channels
 from .op import MAX_SIZE, Op, OpArgs, Size
 
 
@@ -63,24 +67,42 @@ class Window2dArgs(WindowArgs):
     stride: PositivePair = (1, 1)
     padding: NonNegativePair = (0, 0)
     dilation: PositivePair = (1, 1)
+    layout: Layout = "NCHW"
+
+    @model_validator(mode="after")
+    def _check_blocks(self):
+        check_channels(block_of(self.layout), C=self.C)
+        return self
 
 
 class Conv2dArgs(Window2dArgs, EpilogueArgs):
     K_out: Size
+    data_layout: Layout | None = Field(None, description="The data's layout when it is not `layout` (which the "
+                                       "output, residual and weights follow).")
+
+    @model_validator(mode="after")
+    def _check_blocks(self):
+        b = block_of(self.layout)
+        check_channels(b, K_out=self.K_out)
+        check_channels(block_of(self.data_layout or self.layout), C=self.C)
+        if block_of(self.data_layout or self.layout) and not b:
+            raise ValueError(f"data_layout {self.data_layout!r} needs a blocked layout too (layout is \"NCHW\")")
+        return self
 
 
 def padded(data: te.Tensor, padding) -> te.Tensor:
-    """Zero-pad the two spatial axes of an NCHW tensor (stage "pad"); `data` itself when padding is 0."""
+    """Zero-pad the two spatial axes (2 and 3) of an NCHW or blocked tensor (stage "pad");
+    `data` itself when padding is 0."""
     ph, pw = pair(padding)
     if ph == pw == 0:
         return data
-    N, C, H, W = data.shape
+    N, C, H, W, *lane = data.shape
     zero = ir.cast(0, data.dtype)
 
-    def f(n, c, h, w):
+    def f(n, c, h, w, *i):
         inside = all_(*([h >= ph, h < H + ph] if ph else []), *([w >= pw, w < W + pw] if pw else []))
-        return te.if_then_else(inside, data[n, c, h - ph, w - pw], zero)
-    return te.compute((N, C, H + 2 * ph, W + 2 * pw), f, name="pad")
+        return te.if_then_else(inside, data[(n, c, h - ph, w - pw, *i)], zero)
+    return te.compute((N, C, H + 2 * ph, W + 2 * pw, *lane), f, name="pad")
 
 
 def windows(x: np.ndarray, R: int, S: int, stride, padding, dilation) -> np.ndarray:
@@ -92,34 +114,46 @@ def windows(x: np.ndarray, R: int, S: int, stride, padding, dilation) -> np.ndar
 
 
 def compute(N: int, C: int, H: int, W: int, K_out: int, R: int, S: int, stride=1, padding=0, dilation=1,
-            dtype: str = "float32", **epilogue):
+            dtype: str = "float32", layout: str = "NCHW", data_layout: str | None = None, **epilogue):
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
-    data = te.placeholder((N, C, H, W), "data", dtype)
-    weight = te.placeholder((K_out, C, R, S), "weight", dtype)
+    b, db = block_of(layout), block_of(data_layout or layout)
+    data = layouts.placeholder(N, C, H, W, db, "data", dtype)
+    weight = te.placeholder((K_out // b, C, R, S, b) if b else (K_out, C, R, S), "weight", dtype)
     pad = padded(data, padding)
     rc, ry, rx = te.reduce_axis(C, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
-    shape = (N, K_out, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw))
-    out = te.compute(
-        shape, lambda n, k, y, x: te.sum(pad[n, rc, y * sh + ry * dh, x * sw + rx * dw] * weight[k, rc, ry, rx],
-                                         axis=[rc, ry, rx]),
-        name="conv_acc" if has_epilogue(epilogue) else "conv")
-    return [data, weight, *fused(out, K_out, dtype, epilogue, "conv")]
+    OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
+
+    def conv(n, k, y, x, *ki):
+        d = layouts.load(pad, db, n, (rc // db, rc % db) if db else rc, y * sh + ry * dh, x * sw + rx * dw)
+        return te.sum(d * weight[(k, rc, ry, rx, *ki)], axis=[rc, ry, rx])
+    out = te.compute(layouts.shape(N, K_out, OH, OW, b), conv, name="conv_acc" if has_epilogue(epilogue) else "conv")
+    return [data, weight, *fused(out, K_out, dtype, epilogue, "conv", b)]
 
 
-def fused(out: te.Tensor, channels: int, dtype: str, epilogue: dict, name: str) -> list:
+def fused(out: te.Tensor, channels: int, dtype: str, epilogue: dict, name: str, block: int = 0) -> list:
     """The epilogue's inputs and the output: `out` itself, or a stage `name` applying the epilogue to it."""
     if not has_epilogue(epilogue):
         return [out]
-    epi = Epilogue(channels, out.shape, dtype, **epilogue)
+    epi = Epilogue(channels, out.shape, dtype, **epilogue, block=block)
     return [*epi.inputs, te.compute(out.shape, lambda *i: epi(out[i], i), name=name)]
 
 
+def nchw_extra(extra, residual: bool, b: int) -> list:
+    """The epilogue's bias and residual arrays with the residual in NCHW."""
+    extra = list(extra)
+    if residual:
+        extra[-1] = layouts.to_nchw(extra[-1], b)
+    return extra
+
+
 def reference(data, weight, *extra, R, S, stride=1, padding=0, dilation=1, bias=False, residual=False,
-              activation="none", **_):
-    win = windows(data, R, S, stride, padding, dilation)
-    out = np.tensordot(win, weight.astype(np.float64), axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
-    out = epilogue.reference(out, extra, bias, residual, activation)
-    return [out.astype(data.dtype, order="C")]
+              activation="none", layout: str = "NCHW", data_layout: str | None = None, **_):
+    b, db = block_of(layout), block_of(data_layout or layout)
+    win = windows(layouts.to_nchw(data, db), R, S, stride, padding, dilation)
+    w = layouts.conv_weight_oihw(weight, b).astype(np.float64)
+    out = np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
+    out = epilogue.reference(out, nchw_extra(extra, residual, b), bias, residual, activation)
+    return [layouts.to_blocked(out, b).astype(data.dtype, order="C")]
 
 
 def flops(N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, **_):

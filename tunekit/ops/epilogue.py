@@ -51,7 +51,8 @@ class Epilogue:
     the stage that writes the output)."""
 
     def __init__(self, channels: int, out_shape: tuple, dtype: str, bias: bool = False, residual: bool = False,
-                 activation: str = "none", channel_axis: int = 1):
+                 activation: str = "none", channel_axis: int = 1, block: int = 0):
+        self.block = block   # a blocked output [N, C/b, H, W, b]: channel c is (index[1], index[-1])
         self.bias = te.placeholder((channels,), "bias", dtype) if bias else None
         self.residual = te.placeholder(tuple(out_shape), "residual", dtype) if residual else None
         self.activation, self.axis, self.dtype = activation, channel_axis, dtype
@@ -64,7 +65,8 @@ class Epilogue:
     def __call__(self, value, index: tuple):
         """`value` (of the output element at `index`) with the epilogue applied."""
         if self.bias is not None:
-            value = value + self.bias[index[self.axis]]
+            c = index[1] * self.block + index[-1] if self.block else index[self.axis]
+            value = value + self.bias[c]
         if self.residual is not None:
             value = value + self.residual[tuple(index)]
         if self.activation != "none":

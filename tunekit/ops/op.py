@@ -53,6 +53,11 @@ class Op:
         from .epilogue import strip_defaults
         try:
             canon = strip_defaults(self.Args(**args).model_dump())   # a plain op keeps its key
+            # likewise an op in the default layout
+            if "data_layout" in canon and canon["data_layout"] in (None, canon.get("layout")):
+                del canon["data_layout"]
+            if canon.get("layout") == "NCHW":
+                del canon["layout"]
         except ValidationError as e:
             lines = [f"args{''.join(f'.{x}' for x in err['loc'])}: {err['msg']}"
                      + ("" if err["type"] == "missing" or not err["loc"] else f" (got {err['input']!r})")
@@ -118,10 +123,14 @@ class Template:
     priority: int = 0
     #: whether `fn` computes a fused epilogue (takes bias, residual, activation: `tunekit.ops.epilogue`)
     epilogue: bool = False
+    #: whether `fn` schedules the blocked layouts ("NCHW{b}c": `tunekit.ops.layout`) instead of plain NCHW
+    blocked: bool = False
 
     def serves(self, target, args: dict | None = None) -> bool:
         """Whether this template can schedule the op on `target` (with `args`: also its epilogue)."""
         from .epilogue import has_epilogue
-        if args is not None and has_epilogue(args) and not self.epilogue:
+        from .layout import block_of
+        if args is not None and (has_epilogue(args) and not self.epilogue
+                                 or bool(block_of(args.get("layout"))) != self.blocked):
             return False
         return target.name in self.targets or target.family in self.targets

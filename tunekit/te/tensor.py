@@ -106,12 +106,11 @@ def reduce_axis(extent: int, name: str = "k") -> IterVar:
 def compute(shape, fcompute, name: str = "compute", tag: str = "") -> Tensor:
     """Define a tensor of `shape` by `fcompute(*axes) -> expression`."""
     shape = tuple(int(d) for d in shape)
-    params = list(inspect.signature(fcompute).parameters)
+    sig = inspect.signature(fcompute).parameters
+    params = [p for p, v in sig.items() if v.kind != inspect.Parameter.VAR_POSITIONAL]
     if len(params) != len(shape):
-        names = [f"i{d}" for d in range(len(shape))]
-        kind = inspect.signature(fcompute).parameters[params[0]].kind if len(params) == 1 else None
-        if kind == inspect.Parameter.VAR_POSITIONAL:
-            params = names
+        if len(params) < len(shape) and len(params) < len(sig):   # `*rest` takes the remaining axes
+            params += [f"i{d}" for d in range(len(params), len(shape))]
         else:
             raise ValueError(f"compute {name!r}: fcompute takes {len(params)} axes, shape has {len(shape)}")
     axis = [IterVar(p, ir.INDEX, d, SPATIAL) for p, d in zip(params, shape)]

@@ -1,0 +1,92 @@
+"""Blocked activations through a network (`tunekit.graph.layout`): on x86 the convs and
+pools of a model pass NCHW{lanes}c tensors from layer to layer with weights blocked
+at compile time; a tensor stays NCHW where it must (the model's inputs and
+feature-map outputs, channel counts that are not whole blocks); the outputs match
+onnxruntime either way, and the tasks extracted are the ones the model runs."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tunekit
+from tunekit.graph.layout import block_activations
+
+pytest.importorskip("onnx")
+from test_onnx import RNG, conv, conv_bn_relu, helper, model, reference, weight
+
+
+@pytest.fixture(scope="module")
+def x86():
+    pytest.importorskip("llvmlite")
+    return tunekit.registry().component("target", "x86")()
+
+
+def compiled(path, target):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # no records: default configs
+        return tunekit.compile_model(path, target=target)
+
+
+def layouts(graph) -> list[str]:
+    return [n.args.get("layout", "NCHW") + ("<" + n.args["data_layout"] if "data_layout" in n.args else "")
+            for n in graph.nodes]
+
+
+def pool_and_head(path, c: int):
+    nodes = [conv("x", "c", "w", "b"), helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["p"], ["a"], name="avg", kernel_shape=[2, 2], strides=[1, 1]),
+             helper.make_node("GlobalAveragePool", ["a"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat", axis=1),
+             helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], name="fc", transB=1)]
+    return model(path, nodes, [weight("w", c, 3, 3, 3), weight("b", c), weight("fc", 10, c), weight("fcb", 10)],
+                 [1, 3, 16, 16], [1, 10])
+
+
+def test_layers_pass_blocked_tensors_and_match_onnxruntime(tmp_path, x86):
+    b = tunekit.network.layout_block(x86)
+    assert b == x86.device().lanes("float32")
+    path = pool_and_head(tmp_path / "m.onnx", 2 * b)   # conv, max pool, average pool, global pool, gemm
+    net = compiled(path, x86)
+    blk = f"NCHW{b}c"
+    # the first conv reads the NCHW input; the gemm reads the 1x1 global pool, the same bytes in both layouts
+    assert layouts(net.graph) == [f"{blk}<NCHW", blk, blk, blk, "NCHW"]
+    assert net.graph.constants[net.graph.nodes[0].inputs[1]].shape == (2, 3, 3, 3, b)   # blocked once, here
+    x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-5)
+    tasks = tunekit.extract_tasks(path, target=x86)
+    assert [t.args.get("layout", "NCHW") for t, _ in tasks] == [blk, blk, blk, blk, "NCHW"]
+    assert {t.key for t, _ in tasks} == {tunekit.Task(n.op, n.args).anchor().key for n in net.graph.nodes}
+
+
+def test_feature_map_outputs_and_odd_channel_counts_stay_nchw(tmp_path, x86):
+    path = conv_bn_relu(tmp_path / "a.onnx")        # its output is the conv's feature map
+    assert layouts(compiled(path, x86).graph) == ["NCHW"]
+    b = tunekit.network.layout_block(x86)
+    odd = b + b // 2                                 # not a whole number of blocks
+    nodes = [conv("x", "c1", "w1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             conv("r1", "c2", "w2", pads=0), helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             conv("r2", "d", "wd", group=2 * b), helper.make_node("GlobalAveragePool", ["d"], ["y"], name="gap")]
+    path = model(tmp_path / "b.onnx", nodes, [weight("w1", odd, 3, 3, 3), weight("w2", 2 * b, odd, 1, 1),
+                                              weight("wd", 2 * b, 1, 3, 3)], [1, 3, 9, 9], [1, 2 * b, 1, 1])
+    net = compiled(path, x86)
+    blk = f"NCHW{b}c"
+    assert layouts(net.graph) == ["NCHW", f"{blk}<NCHW", blk, blk]
+    x = RNG.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_residual_read_in_nchw_keeps_its_conv_nchw(tmp_path):
+    from test_onnx import residual_block
+    graph = tunekit.network.load_graph(residual_block(tmp_path / "m.onnx"))
+    # the second conv adds the NCHW input x and is the output: neither conv can pass a blocked tensor
+    assert layouts(block_activations(graph, 4)) == ["NCHW", "NCHW"]
+    assert layouts(graph) == ["NCHW", "NCHW"]       # the pass returns a new graph
+
+
+def test_targets_without_blocked_templates_keep_nchw(tmp_path):
+    from fakes import FakeGpu
+    assert tunekit.network.layout_block(FakeGpu()) == 0

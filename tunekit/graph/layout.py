@@ -1,0 +1,84 @@
+"""Blocked activations through a network: rewrite a Graph so that its convolutions
+and pools pass blocked tensors ("NCHW{b}c", `tunekit.ops.layout`) from layer to
+layer, with their weights blocked once here. A tensor stays NCHW where something
+needs it so: the network's inputs and feature-map outputs, an op with no blocked
+form, a channel count that is not a whole number of blocks. A tensor of 1 x 1
+pixels is the same bytes in both layouts, so it passes between the two freely
+(a global pool's output feeding a Gemm).
+"""
+from __future__ import annotations
+
+from ..ops import layout as layouts
+from . import Graph, Node
+
+#: the ops with a blocked form (data first; a convolution's weight second, its residual last)
+_BLOCKABLE = {"conv2d", "depthwise_conv2d", "max_pool2d"}
+
+
+def _out_shape(node: Node) -> tuple:
+    from .._registry import registry
+    return registry().op(node.op).output_shapes(node.args)[0][0]
+
+
+def _channels_fit(node: Node, b: int) -> bool:
+    a = node.args
+    return all(c % b == 0 for c in ([a["K_out"]] if node.op == "conv2d" else [a["C"]]))
+
+
+def block_activations(graph: Graph, b: int) -> Graph:
+    """Return `graph` with activations in channel blocks of `b` wherever that needs no
+    transpose between layers (see the module's doc); `graph` itself is not changed."""
+    shapes = {node.output: _out_shape(node) for node in graph.nodes}
+    shapes.update({name: shape for name, (shape, _) in graph.inputs.items()})
+    pixel = {t for t, s in shapes.items() if len(s) == 4 and s[2] == s[3] == 1}   # 1x1: either layout
+    readers: dict[str, list[tuple[Node, int]]] = {}
+    for node in graph.nodes:
+        for k, name in enumerate(node.inputs):
+            readers.setdefault(name, []).append((node, k))
+    blocked = {node.output: node.op in _BLOCKABLE and _channels_fit(node, b) for node in graph.nodes}
+
+    def ok(node: Node) -> bool:
+        if node.op != "conv2d" and not _reads_blocked(node.inputs[0]):
+            return False    # a depthwise conv or pool reads its data in its own layout
+        if node.args.get("residual") and not _reads_blocked(node.inputs[-1]):
+            return False
+        if node.output in graph.outputs and node.output not in pixel:
+            return False
+        # every reader of the output takes it blocked (a conv's data may be either only if the conv is blocked)
+        return node.output in pixel or all(blocked[r.output] and (k == 0 or r.args.get("residual")
+                                                                  and k == len(r.inputs) - 1)
+                                           for r, k in readers.get(node.output, []))
+
+    def _reads_blocked(name: str) -> bool:
+        return blocked.get(name, False) or name in pixel
+
+    changed = True
+    while changed:   # only ever unblocks a tensor, so this ends
+        changed = False
+        for node in graph.nodes:
+            if blocked[node.output] and not ok(node):
+                blocked[node.output], changed = False, True
+
+    constants, nodes = dict(graph.constants), []
+    for node in graph.nodes:
+        if not blocked[node.output]:
+            nodes.append(node)
+            continue
+        args, inputs = {**node.args, "layout": layouts.blocked(b)}, list(node.inputs)
+        if node.op == "conv2d":
+            if not _reads_blocked(inputs[0]) or node.args["C"] % b:
+                args["data_layout"] = "NCHW"
+            inputs[1] = _blocked_weight(constants, inputs[1], b, layouts.conv_weight)
+        elif node.op == "depthwise_conv2d":
+            inputs[1] = _blocked_weight(constants, inputs[1], b, layouts.depthwise_weight)
+        nodes.append(Node(node.op, args, inputs, node.output, node.name))
+    out = Graph(graph.inputs, constants, nodes, graph.outputs, graph.shapes, graph.output_shapes)
+    out.check()
+    return out
+
+
+def _blocked_weight(constants: dict, name: str, b: int, transform) -> str:
+    key = f"{name}:{layouts.blocked(b)}"
+    if key not in constants:
+        constants[key] = transform(constants[name], b)
+    return key
