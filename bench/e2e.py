@@ -142,8 +142,8 @@ def bench(net: str, size: int, out: str, stages: tuple) -> dict:
     rows = model.profile(repeat=20)
     total = sum(r["seconds"] for r in rows)
     print(f"per layer of {net} (tuned):")
-    for r, (_, kernel) in zip(rows, model.layers):
-        print(f"  {r['layer']:8s} {r['op']:17s} {kernel.task.template_name or '-':7s} {r['seconds'] * 1e3:7.3f} ms "
+    for r in rows:
+        print(f"  {r['layer']:8s} {r['op']:17s} {r['template']:7s} {r['seconds'] * 1e3:7.3f} ms "
               f"{r['seconds'] / total:5.0%} {r['gflops']:7.1f} GFLOPS {'tuned' if r['tuned'] else 'fallback'}")
     print(f"  activation buffers {model.peak_bytes / 2**20:.2f} MiB; layer sum {total * 1e3:.3f} ms, "
           f"median run {statistics.median(run_times(model)) * 1e3:.3f} ms")

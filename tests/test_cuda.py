@@ -33,6 +33,9 @@ SHAPES = {
     "conv2d": dict(N=1, C=64, H=28, W=28, K_out=128, R=3, S=3, stride=1, padding=1),
     "conv2d-s2": dict(N=1, C=32, H=56, W=56, K_out=64, R=1, S=1, stride=2),
     "depthwise_conv2d": dict(N=1, C=128, H=56, W=56, R=3, S=3, stride=2, padding=1),
+    "conv2d-fused": dict(N=1, C=64, H=28, W=28, K_out=128, R=3, S=3, padding=1, bias=True, residual=True,
+                         activation="relu"),
+    "depthwise_conv2d-fused": dict(N=1, C=128, H=56, W=56, R=3, S=3, padding=1, bias=True, activation="relu6"),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import platform
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -84,7 +85,11 @@ def test_a_fused_task_tunes_and_builds_from_the_plain_ops_record(tmp_path):
     assert [n for n, _, _ in kernel.params] == ["data", "weight", "residual", "conv"]
 
 
-def test_targets_without_an_epilogue_template_refuse_fused_tasks():
+def test_targets_without_an_epilogue_template_refuse_fused_tasks(fake):
+    plain = tunekit.Template("conv2d", "plain", ("fake-gpu",), lambda cfg, device, **args: None)
+    tunekit.register_plugin(SimpleNamespace(tunekit_templates=tunekit.hookimpl(lambda: [plain])), "plain-conv")
     task = {"op": "conv2d", "args": {"N": 1, "C": 4, "H": 8, "W": 8, "K_out": 4, "R": 3, "S": 3, "bias": True}}
-    with pytest.raises(RecipeError, match="no schedule template that computes a fused epilogue .* 'cuda'"):
-        tunekit.Recipe.from_dict({"target": "cuda", "tasks": [task]}, source="r.toml")
+    recipe = {"target": "fake-gpu", "model": "fake-model", "explorer": "fake-explorer"}
+    tunekit.Recipe.from_dict({**recipe, "tasks": [{**task, "args": {**task["args"], "bias": False}}]})
+    with pytest.raises(RecipeError, match="no schedule template that computes a fused epilogue .* 'fake-gpu'"):
+        tunekit.Recipe.from_dict({**recipe, "tasks": [task]}, source="r.toml")

@@ -33,6 +33,9 @@ MALI = DeviceInfo("Mali bifrost", "gpu", vector_bits=128, cores=4, max_threads_p
                   max_shared_memory=32 << 10, warp_size=4, extra={"local_memory": "global"})
 
 
+FUSED = dict(bias=True, residual=True, activation="relu6")
+
+
 def config(fn, values: dict | None = None, device=GPU, seed: int = 0, **args):
     """Lower template `fn` for `args` with the given knob values (else a random valid config)."""
     space = ConfigSpace()
@@ -191,7 +194,11 @@ def test_templates_pick_shared_memory_by_device():
     (conv2d_shared, dict(N=1, C=3, H=6, W=6, K_out=4, R=3, S=3, stride=1, padding=1), conv_ref),
     (conv2d_register, dict(N=1, C=3, H=7, W=7, K_out=4, R=3, S=3, stride=2, padding=1), conv_ref),
     (depthwise_register, dict(N=1, C=4, H=6, W=6, R=3, S=3, stride=1, padding=1), dw_ref),
-], ids=["matmul_shared", "matmul_register", "conv2d_shared", "conv2d_register", "depthwise"])
+    (conv2d_shared, dict(N=1, C=3, H=6, W=6, K_out=4, R=3, S=3, padding=1, **FUSED), conv_ref),
+    (conv2d_register, dict(N=1, C=3, H=7, W=7, K_out=4, R=3, S=3, stride=2, padding=1, **FUSED), conv_ref),
+    (depthwise_register, dict(N=1, C=4, H=6, W=6, R=3, S=3, padding=1, bias=True, activation="relu"), dw_ref),
+], ids=["matmul_shared", "matmul_register", "conv2d_shared", "conv2d_register", "depthwise", "conv2d_shared-fused",
+        "conv2d_register-fused", "depthwise-fused"])
 def test_templates_in_the_reference_interpreter(fn, args, ref):
     rng = np.random.default_rng(1)
     for seed in range(2):

@@ -352,12 +352,11 @@ def run_model(args: argparse.Namespace) -> int:
     total = sum(r["seconds"] for r in rows) or 1.0
     out = _console()
     out.print(_table(f"{args.model}: {latency * 1e3:.3f} ms per run (median of {len(times)})",
-                     ["layer", "op", "ms", "share", "GFLOPS", "config"],
-                     [[r["layer"], r["op"], f"{r['seconds'] * 1e3:.3f}", f"{r['seconds'] / total:.0%}",
+                     ["layer", "op", "template", "ms", "share", "GFLOPS", "config"],
+                     [[r["layer"], r["op"], r["template"], f"{r['seconds'] * 1e3:.3f}", f"{r['seconds'] / total:.0%}",
                        f"{r['gflops']:.1f}", "tuned" if r["tuned"] else "fallback"] for r in rows]))
-    weights = sum(v.nbytes for v in net.graph.constants.values())
     out.print(f"memory: activations {net.peak_bytes / 2**20:.2f} MiB (buffers reused across layers), "
-              f"weights {weights / 2**20:.2f} MiB", markup=False)
+              f"weights {net.weight_bytes / 2**20:.2f} MiB", markup=False)
     try:
         import onnxruntime
     except ImportError:

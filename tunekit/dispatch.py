@@ -48,8 +48,9 @@ class Kernel:
     """A compiled kernel: call it with the op's arrays (inputs, then outputs).
     Arrays from `tunekit.empty` (64-byte aligned) run at the speed that was tuned."""
 
-    def __init__(self, fn, task: Task, config, tuned: bool):
+    def __init__(self, fn, task: Task, config, tuned: bool, template: str = ""):
         self.fn, self.task, self.config, self.tuned = fn, task, config, tuned
+        self.template = template   #: the name of the template that scheduled it
         self.params = task.op.buffers(task.args)   #: (name, shape, dtype) of each array, in call order
         self._warned = False
 
@@ -112,7 +113,7 @@ def best_config(db: Database, task: Task, target) -> tuple[object, int] | None:
 def build(op: str, args: dict, target="x86", template: str | None = None) -> Kernel:
     """Compile `op(**args)` for `target` with the best config in the active
     `apply_history_best` database (of the template named, else of any that serves
-    the op), else the default template's first valid config."""
+    the op), else the default template's default config (`ConfigSpace.default`)."""
     tgt = make_component("target", target)
     task = Task(op, args, template=template)
     stack = getattr(_local, "stack", [])
@@ -121,5 +122,6 @@ def build(op: str, args: dict, target="x86", template: str | None = None) -> Ker
         ts, index = best
     else:
         ts = task.bind(tgt)
-        index = next(i for i in range(ts.space.size) if ts.space.valid(i))
-    return Kernel(tgt.load(tgt.build(ts.program(index))), ts.task, ts.space.get(index), best is not None)
+        index = ts.space.default()
+    return Kernel(tgt.load(tgt.build(ts.program(index))), ts.task, ts.space.get(index), best is not None,
+                  ts.template.name)

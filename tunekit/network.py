@@ -2,6 +2,7 @@
 it as a flat plan of tuned kernels over buffers allocated once and reused."""
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from contextlib import nullcontext
@@ -72,6 +73,7 @@ class CompiledModel:
         graph: the Graph it runs.
         fallback: the tasks that had no record and run a default config.
         peak_bytes: bytes of the activation buffers (weights apart), reused across layers.
+        weight_bytes: bytes of the weights it holds (in the layouts its kernels read).
     """
 
     def __init__(self, graph: Graph, target, database: str | None = None):
@@ -99,7 +101,9 @@ class CompiledModel:
         for k, node in enumerate(g.nodes):
             for name in node.inputs:
                 last[name] = k
-        arrays = {name: _aligned(value) for name, value in g.constants.items()}
+        # the weights the nodes read (a frontend or layout pass may leave replaced ones in the graph)
+        arrays = {name: _aligned(g.constants[name]) for name in last if name in g.constants}
+        self.weight_bytes = sum(a.nbytes for a in arrays.values())
         free: dict[int, list[np.ndarray]] = {}
         self.peak_bytes = 0
 
@@ -119,7 +123,8 @@ class CompiledModel:
             # a tensor may be read in another shape of the same size (a Flatten before a Gemm): a view
             args = [arrays[name].reshape(shape) for name, (_, shape, _) in zip(node.inputs, kernel.params)] + [out]
             kernel._check(args)   # once: the plan's arrays never change
-            self.calls.append((kernel.fn, args))
+            bind = getattr(kernel.fn, "bind", None)
+            self.calls.append(bind(*args) if bind else functools.partial(kernel.fn, *args))
             self.layers.append((node, kernel))
             arrays[node.output] = out
             for name in set(node.inputs):
@@ -140,22 +145,22 @@ class CompiledModel:
         if len(args) + len(named) != len(self._inputs):
             raise ArgumentError(f"the model takes {len(self._inputs)} inputs ({', '.join(self.graph.inputs)}), "
                                 f"got {len(args) + len(named)}")
-        for fn, arrays in self.calls:
-            fn(*arrays)
+        for call in self.calls:
+            call()
         return [o.copy() for o in self._outputs]
 
     def profile(self, repeat: int = 10) -> list[dict]:
         """Time every layer alone (median of `repeat` runs, after one warm-up) on the current buffers."""
         rows = []
-        for (fn, arrays), (node, kernel) in zip(self.calls, self.layers):
-            fn(*arrays)
+        for call, (node, kernel) in zip(self.calls, self.layers):
+            call()
             times = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                fn(*arrays)
+                call()
                 times.append(time.perf_counter() - t0)
             s = float(np.median(times))
-            rows.append({"layer": node.name or node.output, "op": node.op, "seconds": s,
+            rows.append({"layer": node.name or node.output, "op": node.op, "template": kernel.template, "seconds": s,
                          "gflops": kernel.task.flops / s / 1e9, "tuned": kernel.tuned})
         return rows
 

@@ -147,6 +147,12 @@ class _Define:
             return
         self._add(Knob(name, "choice", list(values)))
 
+    def prefer(self, **values) -> None:
+        """Name the knob values of the config to run with no tuning record (`ConfigSpace.default`):
+        a rule of thumb for the untuned case that leaves the space to search unchanged."""
+        if isinstance(self, ConfigSpace):
+            self.preferred.update(values)
+
 
 class ConfigSpace(_Define):
     """The knobs of one task. `space.size` is the product of their sizes (a Python
@@ -156,6 +162,7 @@ class ConfigSpace(_Define):
         self._knobs: dict[str, Knob] = {}
         self.constraints: list = []
         self._sizes: list[int] = []
+        self.preferred: dict = {}
 
     def _add(self, knob: Knob) -> None:
         self._knobs[knob.name] = knob
@@ -238,6 +245,16 @@ class ConfigSpace(_Define):
             return 1.0
         rng = rng or random.Random(0)
         return sum(self.valid(rng.randrange(self.size)) for _ in range(samples)) / samples
+
+    def default(self) -> int:
+        """The index of the config to run untuned: the template's preferred values (`prefer`;
+        the first value of the other knobs) when that config is valid, else the first valid config."""
+        if self.preferred:
+            choices = [next((p for p, v in enumerate(k.values) if v == self.preferred[k.name]), 0)
+                       if k.name in self.preferred else 0 for k in self._knobs.values()]
+            if self.valid(index := self.index_of(choices)):
+                return index
+        return next(i for i in range(self.size) if self.valid(i))
 
     def from_json(self, values: dict) -> ConfigEntity:
         """The config whose knob values are `values` (as `ConfigEntity.to_json` gives)."""

@@ -136,7 +136,12 @@ class Target(Component):
 
     def load(self, artifact: Artifact) -> Callable[..., None]:
         """Load `artifact` and return a function taking the kernel's arrays (the
-        program's params, in order) that runs it once, writing outputs in place."""
+        program's params, in order) that runs it once, writing outputs in place.
+
+        The function may also have `bind(*arrays) -> Callable[[], None]`: check the
+        arrays once and return a call that runs the kernel on them with no check
+        (what a compiled model's plan calls; without it, the plan calls the function).
+        """
         raise NotImplementedError
 
     def run(self, artifact: Artifact, args: list[Any], settings: RunSettings) -> list[float]:

@@ -9,6 +9,10 @@ virtual threads optional.
 `conv2d_register` and `depthwise_register` (no shared memory: Mali, CPU OpenCL):
 each thread accumulates its register tile straight from global memory (padding
 inlined into the loads), the XI columns vectorized.
+
+All three fuse an epilogue (bias, residual, activation): the register tile is the
+convolution stage itself, in local memory, and the stage that writes it out to
+global memory applies the epilogue on the way (no extra pass over the output).
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from tunekit import te
 from tunekit.ops import out_size, pair
 from tunekit.ops.conv2d import compute as conv_compute
 from tunekit.ops.depthwise_conv2d import compute as depthwise_compute
+from tunekit.ops.epilogue import has_epilogue
 
 from .common import bind, block_limits, cooperative_fetch, fits_block
 
@@ -27,16 +32,28 @@ def _geometry(H, W, R, S, stride, padding, dilation):
     return (out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)), (sh, sw), (dh, dw), bool(ph or pw)
 
 
-def conv2d_shared(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
-    data, weight, out = conv_compute(N, C, H, W, K_out, R, S, stride, padding, dilation, dtype)
+def _accumulator(s, out, epilogue: dict):
+    """The register tile: a local copy of the output, or, with an epilogue, the
+    convolution stage itself (the output stage applies the epilogue as it writes)."""
+    if not has_epilogue(epilogue):
+        return s.cache_write(out, "local")
+    acc = next(t for t in out.op.inputs if isinstance(t.op, te.tensor.ComputeOp))
+    s[acc].scope = "local"
+    return acc
+
+
+def conv2d_shared(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
+                  **epilogue):
+    *params, out = conv_compute(N, C, H, W, K_out, R, S, stride, padding, dilation, dtype, **epilogue)
     (OH, OW), (sh, sw), (dh, dw), has_pad = _geometry(H, W, R, S, stride, padding, dilation)
     s = te.create_schedule(out)
-    src = out.op.inputs[0]
-    AA = s.cache_read(src, "shared", [out])
-    WW = s.cache_read(weight, "shared", [out])
+    weight = params[1]
+    OL = _accumulator(s, out, epilogue)
+    src = OL.op.inputs[0]
+    AA = s.cache_read(src, "shared", [OL])
+    WW = s.cache_read(weight, "shared", [OL])
     if has_pad:
         s[src].compute_inline()
-    OL = s.cache_write(out, "local")
     _, _, max_shared = block_limits(device)
 
     cfg.define_split("tile_f", K_out, num_outputs=4, filter=lambda v: v[1] <= 2)
@@ -83,7 +100,7 @@ def conv2d_shared(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dil
     for cache in (AA, WW):
         s[cache].compute_at(s[OL], rxo)
         cooperative_fetch(s, cache, threads)
-    return s, [data, weight, out]
+    return s, [*params, out]
 
 
 def _register_tiles(cfg, s, out, OL, f_extent, OH, OW, device, dtype, red_axes):
@@ -124,13 +141,14 @@ def _register_tiles(cfg, s, out, OL, f_extent, OH, OW, device, dtype, red_axes):
             s[OL].unroll(ax)
 
 
-def conv2d_register(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
-    data, weight, out = conv_compute(N, C, H, W, K_out, R, S, stride, padding, dilation, dtype)
+def conv2d_register(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
+                    **epilogue):
+    *params, out = conv_compute(N, C, H, W, K_out, R, S, stride, padding, dilation, dtype, **epilogue)
     (OH, OW), _, _, has_pad = _geometry(H, W, R, S, stride, padding, dilation)
     s = te.create_schedule(out)
+    OL = _accumulator(s, out, epilogue)
     if has_pad:
-        s[out.op.inputs[0]].compute_inline()
-    OL = s.cache_write(out, "local")
+        s[OL.op.inputs[0]].compute_inline()
     cfg.define_split("tile_rc", C, num_outputs=2, filter=lambda v: v[1] <= 16)
 
     def red(st):
@@ -138,15 +156,16 @@ def conv2d_register(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, d
         rco, rci = cfg["tile_rc"].apply(s, OL, rc)
         return [rco, rci, ry, rx]
     _register_tiles(cfg, s, out, OL, K_out, OH, OW, device, dtype, red)
-    return s, [data, weight, out]
+    return s, [*params, out]
 
 
-def depthwise_register(cfg, device, N, C, H, W, R, S, stride=1, padding=0, dilation=1, dtype="float32"):
-    data, weight, out = depthwise_compute(N, C, H, W, R, S, stride, padding, dilation, dtype)
+def depthwise_register(cfg, device, N, C, H, W, R, S, stride=1, padding=0, dilation=1, dtype="float32",
+                       **epilogue):
+    *params, out = depthwise_compute(N, C, H, W, R, S, stride, padding, dilation, dtype, **epilogue)
     (OH, OW), _, _, has_pad = _geometry(H, W, R, S, stride, padding, dilation)
     s = te.create_schedule(out)
+    OL = _accumulator(s, out, epilogue)
     if has_pad:
-        s[out.op.inputs[0]].compute_inline()
-    OL = s.cache_write(out, "local")
+        s[OL.op.inputs[0]].compute_inline()
     _register_tiles(cfg, s, out, OL, C, OH, OW, device, dtype, lambda st: list(st.op.reduce_axis))
-    return s, [data, weight, out]
+    return s, [*params, out]

@@ -75,6 +75,13 @@ def call_kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., 
                 check_arguments(entry, ps, arrays)
         cfunc(*map(data, arrays))
 
+    def bind(*arrays: np.ndarray) -> Callable[[], None]:
+        check_arguments(entry, ps, arrays)
+        call = functools.partial(cfunc, *(ctypes.c_void_p(data(a)) for a in arrays))
+        call.arrays = arrays   # the memory lives as long as the call does
+        return call
+
+    kernel.bind = bind
     kernel.engine = engine   # the code lives as long as the engine does
     kernel.__name__ = entry
     return kernel

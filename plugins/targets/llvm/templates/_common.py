@@ -24,13 +24,13 @@ def acc_range(device, vectors: int) -> tuple[int, int]:
     return (regs // 2 - 4 if regs > 16 else 6), regs - vectors - 1
 
 
-def padded_splits(extent: int, sizes, unit: int = 1) -> list[tuple[int, int]]:
+def padded_splits(extent: int, sizes, unit: int = 1, waste: float = 1 / 8) -> list[tuple[int, int]]:
     """(tiles, size) splits of `extent` into tiles of the given sizes, padded up
-    to whole tiles: those wasting at most 1/8 of the work (or the least any wastes)."""
+    to whole tiles: those wasting at most `waste` of the work (or the least any wastes)."""
     sizes = sorted({s for s in sizes if s <= max(extent, unit) or s == min(sizes)})
-    waste = {s: cdiv(extent, s) * s - extent for s in sizes}
-    slack = max(extent // 8, min(waste.values()))
-    return [(cdiv(extent, s), s) for s in sizes if waste[s] <= slack]
+    extra = {s: cdiv(extent, s) * s - extent for s in sizes}
+    slack = max(int(extent * waste), min(extra.values()))
+    return [(cdiv(extent, s), s) for s in sizes if extra[s] <= slack]
 
 
 def register_tile_rule(device, acc, knob_values: list[list]):

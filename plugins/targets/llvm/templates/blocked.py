@@ -44,6 +44,11 @@ def _schedule_copy(s, t, lanes: int, at=None) -> None:
     vectorize(s, t, ci, lanes)
 
 
+def _widest(candidates: list, most: int) -> tuple:
+    """The candidate split with the largest inner size up to `most` (else the first)."""
+    return max((c for c in candidates if c[1] <= most), key=lambda c: c[1], default=candidates[0])
+
+
 def _vector_lanes(s, t, axis, lanes: int) -> None:
     """Vectorize a block axis: whole vectors, unrolled when a block is several."""
     if axis.extent > lanes:
@@ -61,8 +66,9 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
     b, db = block_of(layout), block_of(data_layout or layout)
     KB, vecs = K_out // b, cdiv(b, lanes)
     oc_c = [(KB // m, m) for m in range(1, 9) if KB % m == 0 and m * vecs <= 4]
-    oh_c = padded_splits(OH, range(1, 9))
-    ow_c = padded_splits(OW, range(1, 31))
+    # a quarter of padding allowed: on 7x7 layers, 2 x 7 pixel tiles (8 rows computed) beat 1 x 7
+    oh_c = padded_splits(OH, range(1, 9), waste=1 / 4)
+    ow_c = padded_splits(OW, range(1, 31), waste=1 / 4)
     cfg.define_split("tile_oc", KB, num_outputs=2, policy="candidates", candidates=oc_c)
     cfg.define_split("tile_oh", OH, num_outputs=2, policy="candidates", candidates=oh_c)
     cfg.define_split("tile_ow", OW, num_outputs=2, policy="candidates", candidates=ow_c)
@@ -73,7 +79,11 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
     cfg.define_knob("reduce_order", list(_REDUCE_ORDERS) if R * S > 1 else ["c-rs-ci"])
     cfg.define_knob("unroll_rx", [False, True] if S > 1 else [False])
     # the register tile (pixels x vectors) only bounded by twice the register file: the rest is the search's
-    cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * c["tile_oc"][1] * vecs <= 2 * registers(device))
+    regs = registers(device)
+    cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * c["tile_oc"][1] * vecs <= 2 * regs)
+    # untuned: one row of pixels x up to 2 vectors of channels that fits the registers with its weights
+    m0 = max((m for _, m in oc_c if m * vecs <= 2), default=oc_c[0][1])
+    cfg.prefer(tile_oc=(KB // m0, m0), tile_ow=_widest(ow_c, (regs - m0 * vecs - 2) // (m0 * vecs)))
 
     oco, m = cfg["tile_oc"]
     ico, icb = cfg["tile_ic"]
@@ -134,12 +144,14 @@ def depthwise_conv2d_blocked(cfg, device, N, C, H, W, R, S, stride=1, padding=0,
     lanes = device.lanes(dtype)
     b = block_of(layout)
     CB, vecs = C // b, cdiv(b, lanes)
-    oh_c = padded_splits(OH, range(1, 9))
-    ow_c = padded_splits(OW, range(1, 17))
+    oh_c = padded_splits(OH, range(1, 9), waste=1 / 4)
+    ow_c = padded_splits(OW, range(1, 17), waste=1 / 4)
     cfg.define_split("tile_oh", OH, num_outputs=2, policy="candidates", candidates=oh_c)
     cfg.define_split("tile_ow", OW, num_outputs=2, policy="candidates", candidates=ow_c)
     cfg.define_knob("pad_at", ["root", "block"])   # pad all channels first, or each block in its task
-    cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * vecs <= registers(device) - 2)
+    regs = registers(device)
+    cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * vecs <= regs - 2)
+    cfg.prefer(tile_ow=_widest(ow_c, (regs - 4) // vecs))   # untuned: one row, as wide as fits
 
     oho, ohr = cfg["tile_oh"]
     owo, owr = cfg["tile_ow"]
