@@ -31,6 +31,11 @@ SHAPES = {"matmul": {"M": 13, "N": 37, "K": 7}, "batch_matmul": {"B": 2, "M": 20
           "conv2d": {"N": 1, "C": 3, "H": 7, "W": 9, "K_out": 5, "R": 3, "S": 3, "padding": 1},
           "depthwise_conv2d": {"N": 1, "C": 4, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1},
           "max_pool2d": {"N": 1, "C": 3, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1}}
+BLOCKED = {"conv2d": {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 8, "R": 3, "S": 3, "padding": 1, "layout": "NCHW4c"},
+           "depthwise_conv2d": {"N": 1, "C": 8, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1,
+                                "layout": "NCHW4c"},
+           "max_pool2d": {"N": 1, "C": 4, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1,
+                          "layout": "NCHW4c"}}
 EPILOGUES = [{"activation": "relu"}, {"bias": True, "residual": True, "activation": "relu6"}]
 TRIALS = 4
 
@@ -46,7 +51,8 @@ def arm_tasks() -> list[tunekit.Task]:
         if (t.op, t.name) in seen or not t.serves(target):
             continue
         seen.add((t.op, t.name))
-        for args in [SHAPES[t.op]] + [{**SHAPES[t.op], **e} for e in EPILOGUES]:
+        shape = (BLOCKED if t.blocked else SHAPES)[t.op]
+        for args in [shape] + [{**shape, **e} for e in EPILOGUES]:
             if t.serves(target, args):
                 tasks.append(tunekit.Task(t.op, args, template=t.name))
     return tasks
@@ -61,8 +67,10 @@ def test_every_arm_template_tunes_under_emulation_with_no_wrong_answer(tmp_path)
     tasks = arm_tasks()
     served = {(t.op.name, t.template_name) for t in tasks}
     assert {("matmul", "tiled"), ("matmul", "packed"), ("batch_matmul", "packed"), ("conv2d", "direct"),
-            ("conv2d", "nchwc"), ("depthwise_conv2d", "rows"), ("max_pool2d", "rows")} <= served
-    assert sum(has_epilogue(t.args) for t in tasks) == 3 * len(EPILOGUES)
+            ("conv2d", "nchwc"), ("depthwise_conv2d", "rows"), ("max_pool2d", "rows"), ("conv2d", "blocked"),
+            ("depthwise_conv2d", "blocked"), ("max_pool2d", "blocked")} <= served
+    # the fused epilogues of matmul (tiled, packed), conv2d (direct, nchwc, blocked), depthwise (rows, blocked)
+    assert sum(has_epilogue(t.args) for t in tasks) == 7 * len(EPILOGUES)
     states = tunekit.tune(tasks, target=EMULATED, trials=TRIALS, database=str(tmp_path / "arm.db"),
                           measure={"number": 1, "repeat": 2, "min_repeat_ms": 0, "warmup": 0, "retries": 0,
                                    "timeout_s": 60, "runner": {"name": "local", "warmup_s": 0}})

@@ -36,6 +36,7 @@ SHAPES = {
     "conv2d-fused": dict(N=1, C=64, H=28, W=28, K_out=128, R=3, S=3, padding=1, bias=True, residual=True,
                          activation="relu"),
     "depthwise_conv2d-fused": dict(N=1, C=128, H=56, W=56, R=3, S=3, padding=1, bias=True, activation="relu6"),
+    "matmul-fused": dict(M=256, N=512, K=128, bias=True, activation="relu"),
 }
 
 

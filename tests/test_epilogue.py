@@ -1,4 +1,4 @@
-"""Fused epilogues (bias, residual, relu/relu6) of conv2d and depthwise_conv2d: computed in
+"""Fused epilogues (bias, residual, relu/relu6) of conv2d, depthwise_conv2d and matmul: computed in
 the CPU templates' output stage, checked against numpy in the interpreter and compiled;
 the config space and the records of the plain op serve every epilogue."""
 from __future__ import annotations
@@ -24,7 +24,9 @@ CASES = [("conv2d", {"N": 1, "C": 3, "H": 7, "W": 9, "K_out": 5, "R": 3, "S": 3,
          ("conv2d", {"N": 1, "C": 3, "H": 7, "W": 9, "K_out": 8, "R": 1, "S": 1, "layout": "NCHW4c",
                      "data_layout": "NCHW"}, "blocked"),
          ("depthwise_conv2d", {"N": 1, "C": 8, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1,
-                               "layout": "NCHW8c"}, "blocked")]
+                               "layout": "NCHW8c"}, "blocked"),
+         ("matmul", {"M": 7, "N": 13, "K": 5}, "tiled"),
+         ("matmul", {"M": 9, "N": 20, "K": 6}, "packed")]
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
 
 

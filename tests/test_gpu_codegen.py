@@ -25,6 +25,7 @@ from tunekit.errors import BuildError
 from tunekit.ir import interp
 from tunekit.ops.conv2d import reference as conv_ref
 from tunekit.ops.depthwise_conv2d import reference as dw_ref
+from tunekit.ops.matmul import reference as mm_ref
 from tunekit.space import ConfigSpace
 
 GPU = DeviceInfo("test gpu", "gpu", vector_bits=128, cores=4, max_threads_per_block=256,
@@ -197,8 +198,10 @@ def test_templates_pick_shared_memory_by_device():
     (conv2d_shared, dict(N=1, C=3, H=6, W=6, K_out=4, R=3, S=3, padding=1, **FUSED), conv_ref),
     (conv2d_register, dict(N=1, C=3, H=7, W=7, K_out=4, R=3, S=3, stride=2, padding=1, **FUSED), conv_ref),
     (depthwise_register, dict(N=1, C=4, H=6, W=6, R=3, S=3, padding=1, bias=True, activation="relu"), dw_ref),
+    (matmul_shared, dict(MM, **FUSED), mm_ref),
+    (matmul_register, dict(MM, **FUSED), mm_ref),
 ], ids=["matmul_shared", "matmul_register", "conv2d_shared", "conv2d_register", "depthwise", "conv2d_shared-fused",
-        "conv2d_register-fused", "depthwise-fused"])
+        "conv2d_register-fused", "depthwise-fused", "matmul_shared-fused", "matmul_register-fused"])
 def test_templates_in_the_reference_interpreter(fn, args, ref):
     rng = np.random.default_rng(1)
     for seed in range(2):

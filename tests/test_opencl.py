@@ -43,6 +43,7 @@ CASES = {
     "conv2d-fused": dict(N=1, C=4, H=9, W=8, K_out=8, R=3, S=3, stride=2, padding=1, bias=True, residual=True,
                          activation="relu6"),
     "depthwise_conv2d-fused": dict(N=1, C=8, H=7, W=7, R=3, S=3, padding=1, bias=True, activation="relu"),
+    "matmul-fused": dict(M=24, N=32, K=16, bias=True, residual=True, activation="relu"),
 }
 RUNS = [(target, case, template) for target, templates in (("opencl", ("shared", "register")), ("mali", ("gpu",)))
         for case in CASES for template in templates
@@ -176,3 +177,19 @@ def test_tuning_through_workers_and_runner(tmp_path):
     assert sum(st.done for st in states) == 8
     assert not any(st.errors for st in states), [t.message for st in states for t in st.trials if t.error]
     assert max(st.best_gflops for st in states if st.done) > 0
+
+
+@needs_device
+def test_a_network_runs_with_fused_epilogues_on_opencl(tmp_path):
+    pytest.importorskip("onnx")
+    import warnings
+
+    from test_onnx import depthwise_block, reference
+    path = depthwise_block(tmp_path / "m.onnx")   # a depthwise conv + ReLU6, then a 1x1 conv with its bias
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")           # no records: default configs
+        net = tunekit.compile_model(path, target="opencl")
+    assert [(n.op, n.args.get("layout", "NCHW"), n.args["bias"]) for n in net.graph.nodes] == [
+        ("depthwise_conv2d", "NCHW", True), ("conv2d", "NCHW", True)]   # GPUs keep NCHW
+    x = np.random.default_rng(0).standard_normal((1, 8, 14, 14)).astype(np.float32)
+    np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-4)

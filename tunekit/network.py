@@ -94,8 +94,9 @@ class CompiledModel:
         self._plan([kernels[key] for key in keys])
 
     def _plan(self, kernels: list[Kernel]) -> None:
-        """Allocate aligned buffers once (an activation's buffer is reused after its last reader) and
-        write the flat list of calls; `kernels` are the nodes' kernels, in order."""
+        """Allocate aligned buffers once (an activation's buffer is reused after its last reader, so
+        about the two largest activations are live at once) and write the flat list of calls
+        bound to them; `kernels` are the nodes' kernels, in order."""
         g = self.graph
         last = {}
         for k, node in enumerate(g.nodes):
@@ -104,22 +105,25 @@ class CompiledModel:
         # the weights the nodes read (a frontend or layout pass may leave replaced ones in the graph)
         arrays = {name: _aligned(g.constants[name]) for name in last if name in g.constants}
         self.weight_bytes = sum(a.nbytes for a in arrays.values())
-        free: dict[int, list[np.ndarray]] = {}
+        free: list[np.ndarray] = []        # buffers past their last reader, the most recently freed last
+        raw: dict[str, np.ndarray] = {}     # tensor -> the buffer it lives at the start of
         self.peak_bytes = 0
 
-        def buffer(shape: tuple) -> np.ndarray:
+        def buffer(name: str, shape: tuple) -> np.ndarray:
             n = int(np.prod(shape))
-            raw = free.get(n, []).pop() if free.get(n) else None
-            if raw is None:
-                raw = empty((n,), "float32")
-                self.peak_bytes += raw.nbytes
-            return raw.reshape(shape)
+            fits = [k for k, b in enumerate(free) if b.size >= n]
+            if fits:   # the smallest that fits; of equals, the most recently freed (still in cache)
+                raw[name] = free.pop(min(fits, key=lambda k: (free[k].size, -k)))
+            else:
+                raw[name] = empty((n,), "float32")
+                self.peak_bytes += raw[name].nbytes
+            return raw[name][:n].reshape(shape)
 
-        self._inputs = {name: buffer(shape) for name, (shape, _) in g.inputs.items()}
+        self._inputs = {name: buffer(name, shape) for name, (shape, _) in g.inputs.items()}
         arrays.update(self._inputs)
         self.calls, self.layers = [], []
         for k, (node, kernel) in enumerate(zip(g.nodes, kernels)):
-            out = buffer(kernel.params[-1][1])
+            out = buffer(node.output, kernel.params[-1][1])
             # a tensor may be read in another shape of the same size (a Flatten before a Gemm): a view
             args = [arrays[name].reshape(shape) for name, (_, shape, _) in zip(node.inputs, kernel.params)] + [out]
             kernel._check(args)   # once: the plan's arrays never change
@@ -129,7 +133,7 @@ class CompiledModel:
             arrays[node.output] = out
             for name in set(node.inputs):
                 if last.get(name) == k and name not in g.constants and name not in g.outputs:
-                    free.setdefault(arrays[name].size, []).append(arrays[name].reshape(-1))
+                    free.append(raw[name])
         shapes = g.output_shapes or [arrays[name].shape for name in g.outputs]
         self._outputs = [arrays[name].reshape(shape) for name, shape in zip(g.outputs, shapes)]
 

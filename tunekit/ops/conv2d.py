@@ -18,7 +18,7 @@ from .. import ir, te
 from ..te.tensor import all_
 from . import epilogue
 from . import layout as layouts
-from .epilogue import Epilogue, EpilogueArgs, has_epilogue
+from .epilogue import EpilogueArgs, fused, has_epilogue
 from .layout import Layout, block_of, check_channels
 from .op import MAX_SIZE, Op, OpArgs, Size
 
@@ -128,14 +128,6 @@ def compute(N: int, C: int, H: int, W: int, K_out: int, R: int, S: int, stride=1
         return te.sum(d * weight[(k, rc, ry, rx, *ki)], axis=[rc, ry, rx])
     out = te.compute(layouts.shape(N, K_out, OH, OW, b), conv, name="conv_acc" if has_epilogue(epilogue) else "conv")
     return [data, weight, *fused(out, K_out, dtype, epilogue, "conv", b)]
-
-
-def fused(out: te.Tensor, channels: int, dtype: str, epilogue: dict, name: str, block: int = 0) -> list:
-    """The epilogue's inputs and the output: `out` itself, or a stage `name` applying the epilogue to it."""
-    if not has_epilogue(epilogue):
-        return [out]
-    epi = Epilogue(channels, out.shape, dtype, **epilogue, block=block)
-    return [*epi.inputs, te.compute(out.shape, lambda *i: epi(out[i], i), name=name)]
 
 
 def nchw_extra(extra, residual: bool, b: int) -> list:

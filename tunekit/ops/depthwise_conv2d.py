@@ -12,8 +12,8 @@ import numpy as np
 from .. import te
 from . import epilogue
 from . import layout as layouts
-from .conv2d import Window2dArgs, fused, nchw_extra, out_size, padded, pair, windows
-from .epilogue import EpilogueArgs, has_epilogue
+from .conv2d import Window2dArgs, nchw_extra, out_size, padded, pair, windows
+from .epilogue import EpilogueArgs, fused, has_epilogue
 from .layout import block_of
 from .op import Op
 

@@ -76,6 +76,31 @@ class Epilogue:
         return value
 
 
+def fused(out: te.Tensor, channels: int, dtype: str, epilogue: dict, name: str, block: int = 0) -> list:
+    """For op computes: the epilogue's inputs and the output, `out` itself or a stage
+    `name` applying the epilogue to it (channels on axis 1, or blocked by `block`)."""
+    if not has_epilogue(epilogue):
+        return [out]
+    epi = Epilogue(channels, out.shape, dtype, **epilogue, block=block)
+    return [*epi.inputs, te.compute(out.shape, lambda *i: epi(out[i], i), name=name)]
+
+
+def accumulator(s, out: te.Tensor, epilogue: dict, scope: str = "local") -> te.Tensor:
+    """For templates: the stage that accumulates `out` in a `scope` buffer. Without an
+    epilogue, a `cache_write` of `out`; with one (the op's compute then returns `out`
+    as a stage applying it to the accumulation), the accumulation stage itself, in
+    `scope`: the output stage applies the epilogue as it writes the tile out.
+
+    Returns:
+        the accumulating tensor (schedule its stage: split, compute_at, ...).
+    """
+    if not has_epilogue(epilogue):
+        return s.cache_write(out, scope)
+    acc = next(t for t in out.op.inputs if isinstance(t.op, te.tensor.ComputeOp))
+    s[acc].scope = scope
+    return acc
+
+
 def reference(out: np.ndarray, extra: list, bias: bool = False, residual: bool = False, activation: str = "none",
               channel_axis: int = 1) -> np.ndarray:
     """numpy: apply the epilogue to `out` (float64 is fine), `extra` being the bias and residual arrays given."""

@@ -50,9 +50,8 @@ def templates(targets: tuple[str, ...]) -> list[Template]:
     for op, shared, register in (("matmul", matmul_shared, matmul_register),
                                  ("conv2d", conv2d_shared, conv2d_register),
                                  ("depthwise_conv2d", None, depthwise_register)):
-        fused = op != "matmul"   # the conv templates compute a fused epilogue
-        out.append(Template(op, "gpu", targets, _auto(shared, register), priority=10, epilogue=fused))
+        out.append(Template(op, "gpu", targets, _auto(shared, register), priority=10, epilogue=True))
         if shared is not None:
-            out.append(Template(op, "shared", targets, shared, priority=5, epilogue=fused))
-        out.append(Template(op, "register", targets, register, priority=5, epilogue=fused))
+            out.append(Template(op, "shared", targets, shared, priority=5, epilogue=True))
+        out.append(Template(op, "register", targets, register, priority=5, epilogue=True))
     return out

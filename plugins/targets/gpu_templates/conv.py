@@ -20,7 +20,7 @@ from tunekit import te
 from tunekit.ops import out_size, pair
 from tunekit.ops.conv2d import compute as conv_compute
 from tunekit.ops.depthwise_conv2d import compute as depthwise_compute
-from tunekit.ops.epilogue import has_epilogue
+from tunekit.ops.epilogue import accumulator
 
 from .common import bind, block_limits, cooperative_fetch, fits_block
 
@@ -32,23 +32,13 @@ def _geometry(H, W, R, S, stride, padding, dilation):
     return (out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)), (sh, sw), (dh, dw), bool(ph or pw)
 
 
-def _accumulator(s, out, epilogue: dict):
-    """The register tile: a local copy of the output, or, with an epilogue, the
-    convolution stage itself (the output stage applies the epilogue as it writes)."""
-    if not has_epilogue(epilogue):
-        return s.cache_write(out, "local")
-    acc = next(t for t in out.op.inputs if isinstance(t.op, te.tensor.ComputeOp))
-    s[acc].scope = "local"
-    return acc
-
-
 def conv2d_shared(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
                   **epilogue):
     *params, out = conv_compute(N, C, H, W, K_out, R, S, stride, padding, dilation, dtype, **epilogue)
     (OH, OW), (sh, sw), (dh, dw), has_pad = _geometry(H, W, R, S, stride, padding, dilation)
     s = te.create_schedule(out)
     weight = params[1]
-    OL = _accumulator(s, out, epilogue)
+    OL = accumulator(s, out, epilogue)
     src = OL.op.inputs[0]
     AA = s.cache_read(src, "shared", [OL])
     WW = s.cache_read(weight, "shared", [OL])
@@ -146,7 +136,7 @@ def conv2d_register(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, d
     *params, out = conv_compute(N, C, H, W, K_out, R, S, stride, padding, dilation, dtype, **epilogue)
     (OH, OW), _, _, has_pad = _geometry(H, W, R, S, stride, padding, dilation)
     s = te.create_schedule(out)
-    OL = _accumulator(s, out, epilogue)
+    OL = accumulator(s, out, epilogue)
     if has_pad:
         s[OL.op.inputs[0]].compute_inline()
     cfg.define_split("tile_rc", C, num_outputs=2, filter=lambda v: v[1] <= 16)
@@ -164,7 +154,7 @@ def depthwise_register(cfg, device, N, C, H, W, R, S, stride=1, padding=0, dilat
     *params, out = depthwise_compute(N, C, H, W, R, S, stride, padding, dilation, dtype, **epilogue)
     (OH, OW), _, _, has_pad = _geometry(H, W, R, S, stride, padding, dilation)
     s = te.create_schedule(out)
-    OL = _accumulator(s, out, epilogue)
+    OL = accumulator(s, out, epilogue)
     if has_pad:
         s[OL.op.inputs[0]].compute_inline()
     _register_tiles(cfg, s, out, OL, C, OH, OW, device, dtype, lambda st: list(st.op.reduce_axis))

@@ -13,6 +13,7 @@ columns vectorized.
 from __future__ import annotations
 
 from tunekit import te
+from tunekit.ops.epilogue import accumulator
 from tunekit.ops.matmul import compute as matmul_compute
 
 from .common import bind, block_limits, cooperative_fetch, cpu_device, fits_block, on_chip_shared
@@ -20,12 +21,13 @@ from .common import bind, block_limits, cooperative_fetch, cpu_device, fits_bloc
 MAX_ACC = 64   # accumulators per thread: beyond this registers spill
 
 
-def matmul_shared(cfg, device, M, N, K, dtype="float32"):
-    A, B, C = matmul_compute(M, N, K, dtype)
+def matmul_shared(cfg, device, M, N, K, dtype="float32", **epilogue):
+    *params, C = matmul_compute(M, N, K, dtype, **epilogue)
+    A, B = params[:2]
     s = te.create_schedule(C)
-    AA = s.cache_read(A, "shared", [C])
-    BB = s.cache_read(B, "shared", [C])
-    CL = s.cache_write(C, "local")
+    CL = accumulator(s, C, epilogue)
+    AA = s.cache_read(A, "shared", [CL])
+    BB = s.cache_read(B, "shared", [CL])
     _, _, max_shared = block_limits(device)
     nbytes = int("".join(c for c in dtype if c.isdigit()) or 32) // 8
 
@@ -71,13 +73,13 @@ def matmul_shared(cfg, device, M, N, K, dtype="float32"):
         s[cache].compute_at(s[CL], ko)
     cooperative_fetch(s, AA, threads, cfg["vec"] if cfg["tile_k"][1] % cfg["vec"] == 0 else 1)
     cooperative_fetch(s, BB, threads, cfg["vec"])
-    return s, [A, B, C]
+    return s, [*params, C]
 
 
-def matmul_register(cfg, device, M, N, K, dtype="float32"):
-    A, B, C = matmul_compute(M, N, K, dtype)
+def matmul_register(cfg, device, M, N, K, dtype="float32", **epilogue):
+    *params, C = matmul_compute(M, N, K, dtype, **epilogue)
     s = te.create_schedule(C)
-    CL = s.cache_write(C, "local")
+    CL = accumulator(s, C, epilogue)
     lanes = max(1, min(16, device.lanes(dtype)))
     # without on-chip shared memory (Mali, CPUs) explicit full-width vectors are what is fast; a CPU
     # runs the work-items of a group in a loop, so small groups
@@ -114,4 +116,4 @@ def matmul_register(cfg, device, M, N, K, dtype="float32"):
         s[CL].vectorize(cjv)
     if cfg["unroll_k"]:
         s[CL].unroll(ki)
-    return s, [A, B, C]
+    return s, [*params, C]

@@ -1,7 +1,10 @@
-"""CPU matmul and batch_matmul templates: `tiled` (direct) and `packed` (B packed into column panels)."""
+"""CPU matmul and batch_matmul templates: `tiled` (direct) and `packed` (B packed into column
+panels). matmul's fused epilogue (bias, residual, activation) is applied as the local
+accumulator block is copied out."""
 from __future__ import annotations
 
 from tunekit import Template, ir, te
+from tunekit.ops.epilogue import Epilogue, accumulator
 from tunekit.ops.matmul import compute as matmul_compute
 
 from ._common import acc_range, balanced, cdiv, padded_splits, register_tile_rule, vectorize, zero
@@ -11,12 +14,12 @@ from ._common import acc_range, balanced, cdiv, padded_splits, register_tile_rul
 _MAX_ACC = 24
 
 
-def matmul_cpu(cfg, device, M, N, K, dtype="float32"):
+def matmul_cpu(cfg, device, M, N, K, dtype="float32", **epilogue):
     """Tiled matmul: a parallel loop over (row tile, column tile) pairs, each
     accumulating into a local tile with a register-blocked, vectorized micro-kernel."""
-    A, B, C = matmul_compute(M, N, K, dtype)
+    *params, C = matmul_compute(M, N, K, dtype, **epilogue)
     s = te.create_schedule(C)
-    CC = s.cache_write(C, "local")
+    CC = accumulator(s, C, epilogue)
     lanes = device.lanes(dtype)
     i, j = s[C].op.axis
     cfg.define_split("tile_i", M, num_outputs=3, filter=lambda v: v[-1] <= 16)
@@ -51,10 +54,10 @@ def matmul_cpu(cfg, device, M, N, K, dtype="float32"):
     s[CC].vectorize(cjv)
     if cfg["unroll_k"] and cfg["tile_k"][-1] <= 16:
         s[CC].unroll(ki)
-    return s, [A, B, C]
+    return s, [*params, C]
 
 
-def _packed(cfg, device, batch, M, N, K, dtype):
+def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None):
     """matmul (batch=0) or batch_matmul with B packed into zero-padded column
     panels Bp[b, N/nv, K, nv] and C accumulated in a padded local block of
     mc x nv, itself register-tiled mr x nv (mr rows unrolled, nv = whole vectors)."""
@@ -109,7 +112,8 @@ def _packed(cfg, device, batch, M, N, K, dtype):
         row = ir.min_(i, M - 1) if mo * mc > M else i
         return te.sum(A[(*bidx(b), row, k)] * Bp[(*bidx(b), j // nv, k, j % nv)], axis=k)
     Cp = te.compute((*bshape, mo * mc, no * nv), accumulate, name="Cp")
-    C = te.compute((*bshape, M, N), lambda *ax: Cp[ax], name="C")
+    epi = Epilogue(N, (M, N), dtype, **(epilogue or {}))   # matmul only (batch_matmul has none)
+    C = te.compute((*bshape, M, N), lambda *ax: epi(Cp[ax], ax), name="C")
 
     s = te.create_schedule(C)
     *b, i, j = s[C].op.axis
@@ -140,12 +144,12 @@ def _packed(cfg, device, batch, M, N, K, dtype):
     s[Cp].unroll(cii)
     s[Cp].unroll(cju)
     s[Cp].vectorize(cjl)
-    return s, [A, B, C]
+    return s, [A, B, *epi.inputs, C]
 
 
-def matmul_packed(cfg, device, M, N, K, dtype="float32"):
+def matmul_packed(cfg, device, M, N, K, dtype="float32", **epilogue):
     """matmul with B packed into column panels and a register-tiled local accumulator (see `_packed`)."""
-    return _packed(cfg, device, 0, M, N, K, dtype)
+    return _packed(cfg, device, 0, M, N, K, dtype, epilogue)
 
 
 def batch_matmul_packed(cfg, device, B, M, N, K, dtype="float32"):
@@ -154,7 +158,7 @@ def batch_matmul_packed(cfg, device, B, M, N, K, dtype="float32"):
 
 
 TEMPLATES = [
-    Template("matmul", "tiled", ("cpu",), matmul_cpu, priority=10),
-    Template("matmul", "packed", ("cpu",), matmul_packed, priority=20),
+    Template("matmul", "tiled", ("cpu",), matmul_cpu, priority=10, epilogue=True),
+    Template("matmul", "packed", ("cpu",), matmul_packed, priority=20, epilogue=True),
     Template("batch_matmul", "packed", ("cpu",), batch_matmul_packed, priority=20),
 ]
