@@ -14,7 +14,7 @@ import tunekit
 from tunekit.graph.layout import block_activations
 
 pytest.importorskip("onnx")
-from test_onnx import RNG, conv, conv_bn_relu, helper, model, reference, weight
+from test_onnx import RNG, conv, conv_bn_relu, helper, model, pool_and_head, reference, weight
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +32,6 @@ def compiled(path, target):
 def layouts(graph) -> list[str]:
     return [n.args.get("layout", "NCHW") + ("<" + n.args["data_layout"] if "data_layout" in n.args else "")
             for n in graph.nodes]
-
-
-def pool_and_head(path, c: int):
-    nodes = [conv("x", "c", "w", "b"), helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("AveragePool", ["p"], ["a"], name="avg", kernel_shape=[2, 2], strides=[1, 1]),
-             helper.make_node("GlobalAveragePool", ["a"], ["g"], name="gap"),
-             helper.make_node("Flatten", ["g"], ["f"], name="flat", axis=1),
-             helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], name="fc", transB=1)]
-    return model(path, nodes, [weight("w", c, 3, 3, 3), weight("b", c), weight("fc", 10, c), weight("fcb", 10)],
-                 [1, 3, 16, 16], [1, 10])
 
 
 def test_layers_pass_blocked_tensors_and_match_onnxruntime(tmp_path, x86):

@@ -146,7 +146,7 @@ def test_a_recipe_tunes_a_models_tasks_weighted_and_tunekit_run_runs_it(tmp_path
     assert "ms per run" in out and "outputs match onnxruntime" in out and "fallback" not in out and err == ""
 
 
-def pool_and_head(path):
+def pool_and_head(path, c: int = 8):
     nodes = [conv("x", "c", "w", "b"), helper.make_node("Relu", ["c"], ["r"], name="relu"),
              helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
                               pads=[1, 1, 1, 1]),
@@ -154,7 +154,7 @@ def pool_and_head(path):
              helper.make_node("GlobalAveragePool", ["a"], ["g"], name="gap"),
              helper.make_node("Flatten", ["g"], ["f"], name="flat", axis=1),
              helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], name="fc", transB=1)]
-    return model(path, nodes, [weight("w", 8, 3, 3, 3), weight("b", 8), weight("fc", 10, 8), weight("fcb", 10)],
+    return model(path, nodes, [weight("w", c, 3, 3, 3), weight("b", c), weight("fc", 10, c), weight("fcb", 10)],
                  [1, 3, 16, 16], [1, 10])
 
 

@@ -70,6 +70,11 @@ def balanced(extent: int, cores: int) -> bool:
     return cdiv(extent, cores) * cores <= extent * 1.25
 
 
+def covered(size: int, pad: int, out: int, stride: int, k: int, dil: int) -> int:
+    """The padded input extent that `out` output positions (whole tiles) read: at least the padded input."""
+    return max(size + 2 * pad, (out - 1) * stride + (k - 1) * dil + 1)
+
+
 def zero(dtype: str) -> ir.Expr:
     return ir.const(0.0 if dtype.startswith("float") else 0, dtype)
 

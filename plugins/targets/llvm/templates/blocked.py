@@ -20,7 +20,7 @@ from tunekit.ops.epilogue import Epilogue
 from tunekit.ops.layout import block_of
 from tunekit.ops.pool import compute as pool_compute
 
-from ._common import cdiv, padded_splits, registers, vectorize, zero
+from ._common import cdiv, covered, padded_splits, registers, vectorize, zero
 
 
 def _padded_copy(data, b_in: int, icb: int, H, W, Hp, Wp, ph, pw, dtype):
@@ -90,8 +90,7 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
     oho, ohr = cfg["tile_oh"]
     owo, owr = cfg["tile_ow"]
     OHp, OWp = oho * ohr, owo * owr
-    Hp = max(H + 2 * ph, (OHp - 1) * sh + (R - 1) * dh + 1)
-    Wp = max(W + 2 * pw, (OWp - 1) * sw + (S - 1) * dw + 1)
+    Hp, Wp = covered(H, ph, OHp, sh, R, dh), covered(W, pw, OWp, sw, S, dw)
 
     data = te.placeholder((N, C // db, H, W, db) if db else (N, C, H, W), "data", dtype)
     weight = te.placeholder((KB, C, R, S, b), "weight", dtype)
@@ -156,8 +155,7 @@ def depthwise_conv2d_blocked(cfg, device, N, C, H, W, R, S, stride=1, padding=0,
     oho, ohr = cfg["tile_oh"]
     owo, owr = cfg["tile_ow"]
     OHp, OWp = oho * ohr, owo * owr
-    Hp = max(H + 2 * ph, (OHp - 1) * sh + (R - 1) * dh + 1)
-    Wp = max(W + 2 * pw, (OWp - 1) * sw + (S - 1) * dw + 1)
+    Hp, Wp = covered(H, ph, OHp, sh, R, dh), covered(W, pw, OWp, sw, S, dw)
     data = te.placeholder((N, CB, H, W, b), "data", dtype)
     weight = te.placeholder((CB, R, S, b), "weight", dtype)
     in_place = (Hp, Wp) == (H, W)

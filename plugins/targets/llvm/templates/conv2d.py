@@ -19,7 +19,7 @@ from tunekit import Template, ir, te
 from tunekit.ops import out_size, pair
 from tunekit.ops.epilogue import Epilogue
 
-from ._common import FlatPad, cdiv, constrain_tiles, padded_splits, registers, vectorize, zero
+from ._common import FlatPad, cdiv, constrain_tiles, covered, padded_splits, registers, vectorize, zero
 
 
 def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
@@ -119,8 +119,7 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     oho, ohr = cfg["tile_oh"]
     owo, owr = cfg["tile_ow"]
     OHp, OWp = oho * ohr, owo * owr
-    Hp = max(H + 2 * ph, (OHp - 1) * sh + (R - 1) * dh + 1)
-    Wp = max(W + 2 * pw, (OWp - 1) * sw + (S - 1) * dw + 1)
+    Hp, Wp = covered(H, ph, OHp, sh, R, dh), covered(W, pw, OWp, sw, S, dw)
 
     data = te.placeholder((N, C, H, W), "data", dtype)
     weight = te.placeholder((K_out, C, R, S), "weight", dtype)
