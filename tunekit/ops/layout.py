@@ -39,6 +39,16 @@ def blocked(b: int) -> str:
     return f"NCHW{b}c" if b else "NCHW"
 
 
+def strip_default_layout(args: dict) -> dict:
+    """`args` without `layout` "NCHW", and without a `data_layout` that is None or the layout."""
+    out = dict(args)
+    if "data_layout" in out and out["data_layout"] in (None, out.get("layout")):
+        del out["data_layout"]
+    if out.get("layout") == "NCHW":
+        del out["layout"]
+    return out
+
+
 def check_channels(b: int, **channels: int) -> None:
     """Raise ValueError unless every channel count is a whole number of blocks."""
     for name, c in channels.items():

@@ -51,13 +51,10 @@ class Op:
                 whose buffers or flop count cannot be counted in 64 bits.
         """
         from .epilogue import strip_defaults
+        from .layout import strip_default_layout
         try:
-            canon = strip_defaults(self.Args(**args).model_dump())   # a plain op keeps its key
-            # likewise an op in the default layout
-            if "data_layout" in canon and canon["data_layout"] in (None, canon.get("layout")):
-                del canon["data_layout"]
-            if canon.get("layout") == "NCHW":
-                del canon["layout"]
+            # a plain op keeps its key: no epilogue, default layout
+            canon = strip_default_layout(strip_defaults(self.Args(**args).model_dump()))
         except ValidationError as e:
             lines = [f"args{''.join(f'.{x}' for x in err['loc'])}: {err['msg']}"
                      + ("" if err["type"] == "missing" or not err["loc"] else f" (got {err['input']!r})")

@@ -6,6 +6,10 @@ import itertools
 from tunekit import ir, te
 from tunekit.ops import pair
 
+#: the reduction orders of the conv2d register-tile templates (input channel blocks, taps, channels in a block)
+REDUCE_ORDERS = {"c-rs-ci": ("rc", "ry", "rx", "rci"), "c-ci-rs": ("rc", "rci", "ry", "rx"),
+                 "rs-c-ci": ("ry", "rx", "rc", "rci")}
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -75,6 +79,24 @@ def covered(size: int, pad: int, out: int, stride: int, k: int, dil: int) -> int
     return max(size + 2 * pad, (out - 1) * stride + (k - 1) * dil + 1)
 
 
+def in_input(h, w, H: int, W: int, ph: int, pw: int, Hp: int, Wp: int) -> ir.Expr:
+    """Whether padded position (h, w) of an input H x W padded by (ph, pw) into Hp x Wp holds
+    data (only the conditions that can fail)."""
+    return te.tensor.all_(*([h >= ph] if ph else []), *([h < H + ph] if Hp > H + ph else []),
+                          *([w >= pw] if pw else []), *([w < W + pw] if Wp > W + pw else []))
+
+
+def padded_blocks(data, b_in: int, icb: int, Hp: int, Wp: int, ph: int, pw: int, name: str):
+    """[N, C/icb, Hp, Wp, icb]: `data` zero-padded to Hp x Wp, in channel blocks of `icb`
+    (blocked data, `b_in` > 0, keeps its own block; NCHW data is packed into blocks)."""
+    N, C, H, W = data.shape[0], data.shape[1] * (b_in or 1), data.shape[2], data.shape[3]
+
+    def pad(n, c, h, w, ci):
+        load = data[n, c, h - ph, w - pw, ci] if b_in else data[n, c * icb + ci, h - ph, w - pw]
+        return te.if_then_else(in_input(h, w, H, W, ph, pw, Hp, Wp), load, zero(data.dtype))
+    return te.compute((N, C // icb, Hp, Wp, icb), pad, name=name)
+
+
 def zero(dtype: str) -> ir.Expr:
     return ir.const(0.0 if dtype.startswith("float") else 0, dtype)
 
@@ -137,9 +159,7 @@ class FlatPad:
             Hp, Wp = rows * sh, Q * sw
 
             def padded(n, c, h, w):
-                inside = te.tensor.all_(*([h >= ph] if ph else []), *([h < H + ph] if Hp > H + ph else []),
-                                        *([w >= pw] if pw else []), *([w < W + pw] if Wp > W + pw else []))
-                return te.if_then_else(inside, data[n, c, h - ph, w - pw], zero(dtype))
+                return te.if_then_else(in_input(h, w, H, W, ph, pw, Hp, Wp), data[n, c, h - ph, w - pw], zero(dtype))
             self.plain = te.compute((N, C, Hp, Wp), padded, name="data_padded")
 
             def pack(n, c, f, i):

@@ -15,24 +15,13 @@ made only for padded convolutions and tiles past the edge).
 from __future__ import annotations
 
 from tunekit import Template, te
+from tunekit.ops import layout as layouts
 from tunekit.ops import out_size, pair
 from tunekit.ops.epilogue import Epilogue
 from tunekit.ops.layout import block_of
 from tunekit.ops.pool import compute as pool_compute
 
-from ._common import cdiv, covered, padded_splits, registers, vectorize, zero
-
-
-def _padded_copy(data, b_in: int, icb: int, H, W, Hp, Wp, ph, pw, dtype):
-    """[N, C/icb, Hp, Wp, icb]: the data zero-padded to Hp x Wp (blocked data keeps its block,
-    NCHW data is packed into blocks of `icb` channels)."""
-    def pad(n, c, h, w, ci):
-        inside = te.tensor.all_(*([h >= ph] if ph else []), *([h < H + ph] if Hp > H + ph else []),
-                                *([w >= pw] if pw else []), *([w < W + pw] if Wp > W + pw else []))
-        load = data[n, c, h - ph, w - pw, ci] if b_in else data[n, c * icb + ci, h - ph, w - pw]
-        return te.if_then_else(inside, load, zero(dtype))
-    N, C = data.shape[0], data.shape[1] * (b_in or 1)
-    return te.compute((N, C // icb, Hp, Wp, icb), pad, name="data_pad")
+from ._common import REDUCE_ORDERS, cdiv, covered, padded_blocks, padded_splits, registers, vectorize
 
 
 def _schedule_copy(s, t, lanes: int, at=None) -> None:
@@ -76,7 +65,7 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
         cfg.define_split("tile_ic", C, num_outputs=2, policy="candidates", candidates=[(C // db, db)])
     else:
         cfg.define_split("tile_ic", C, num_outputs=2, filter=lambda v: v[1] <= 64)
-    cfg.define_knob("reduce_order", list(_REDUCE_ORDERS) if R * S > 1 else ["c-rs-ci"])
+    cfg.define_knob("reduce_order", list(REDUCE_ORDERS) if R * S > 1 else ["c-rs-ci"])
     cfg.define_knob("unroll_rx", [False, True] if S > 1 else [False])
     # the register tile (pixels x vectors) only bounded by twice the register file: the rest is the search's
     regs = registers(device)
@@ -92,10 +81,10 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
     OHp, OWp = oho * ohr, owo * owr
     Hp, Wp = covered(H, ph, OHp, sh, R, dh), covered(W, pw, OWp, sw, S, dw)
 
-    data = te.placeholder((N, C // db, H, W, db) if db else (N, C, H, W), "data", dtype)
+    data = layouts.placeholder(N, C, H, W, db, "data", dtype)
     weight = te.placeholder((KB, C, R, S, b), "weight", dtype)
     in_place = db and (Hp, Wp) == (H, W)   # blocked, unpadded: read the data where it is
-    Dp = data if in_place else _padded_copy(data, db, icb, H, W, Hp, Wp, ph, pw, dtype)
+    Dp = data if in_place else padded_blocks(data, db, icb, Hp, Wp, ph, pw, "data_pad")
 
     rc, ry, rx, rci = (te.reduce_axis(ico, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx"),
                        te.reduce_axis(icb, "rci"))
@@ -120,7 +109,7 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
 
     cn, co, cy, cx, cm, cv = s[Co].op.axis
     red = {"rc": rc, "ry": ry, "rx": rx, "rci": rci}
-    s[Co].reorder(cn, co, *(red[a] for a in _REDUCE_ORDERS[cfg["reduce_order"]]), cy, cx, cm, cv)
+    s[Co].reorder(cn, co, *(red[a] for a in REDUCE_ORDERS[cfg["reduce_order"]]), cy, cx, cm, cv)
     if cfg["unroll_rx"]:
         s[Co].unroll(rx)
     for a in (cy, cx, cm):
@@ -130,9 +119,6 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
         _schedule_copy(s, Dp, lanes)
     return s, [data, weight, *epi.inputs, out]
 
-
-_REDUCE_ORDERS = {"c-rs-ci": ("rc", "ry", "rx", "rci"), "c-ci-rs": ("rc", "rci", "ry", "rx"),
-                  "rs-c-ci": ("ry", "rx", "rc", "rci")}
 
 
 def depthwise_conv2d_blocked(cfg, device, N, C, H, W, R, S, stride=1, padding=0, dilation=1, dtype="float32",
@@ -156,10 +142,10 @@ def depthwise_conv2d_blocked(cfg, device, N, C, H, W, R, S, stride=1, padding=0,
     owo, owr = cfg["tile_ow"]
     OHp, OWp = oho * ohr, owo * owr
     Hp, Wp = covered(H, ph, OHp, sh, R, dh), covered(W, pw, OWp, sw, S, dw)
-    data = te.placeholder((N, CB, H, W, b), "data", dtype)
+    data = layouts.placeholder(N, C, H, W, b, "data", dtype)
     weight = te.placeholder((CB, R, S, b), "weight", dtype)
     in_place = (Hp, Wp) == (H, W)
-    Dp = data if in_place else _padded_copy(data, b, b, H, W, Hp, Wp, ph, pw, dtype)
+    Dp = data if in_place else padded_blocks(data, b, b, Hp, Wp, ph, pw, "data_pad")
     ry, rx = te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
     tile = te.compute((N, CB, OHp, OWp, b), lambda n, c, y, x, ci: te.sum(
         Dp[n, c, y * sh + ry * dh, x * sw + rx * dw, ci] * weight[c, ry, rx, ci], axis=[ry, rx]), name="dw_tile")

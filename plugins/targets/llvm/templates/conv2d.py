@@ -19,7 +19,18 @@ from tunekit import Template, ir, te
 from tunekit.ops import out_size, pair
 from tunekit.ops.epilogue import Epilogue
 
-from ._common import FlatPad, cdiv, constrain_tiles, covered, padded_splits, registers, vectorize, zero
+from ._common import (
+    REDUCE_ORDERS,
+    FlatPad,
+    cdiv,
+    constrain_tiles,
+    covered,
+    padded_blocks,
+    padded_splits,
+    registers,
+    vectorize,
+    zero,
+)
 
 
 def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
@@ -106,7 +117,7 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     cfg.define_split("tile_oh", OH, num_outputs=2, policy="candidates", candidates=oh_c)
     cfg.define_split("tile_ow", OW, num_outputs=2, policy="candidates", candidates=ow_c)
     cfg.define_knob("weight_at", ["root", "block"])   # pack all weights first, or each block's in its task
-    cfg.define_knob("reduce_order", list(_REDUCE_ORDERS) if R * S > 1 else ["c-rs-ci"])
+    cfg.define_knob("reduce_order", list(REDUCE_ORDERS) if R * S > 1 else ["c-rs-ci"])
     cfg.define_knob("unroll_rx", [False, True] if S > 1 else [False])
 
     # no rules of thumb (register fit, balanced cores): what is fast is the search's to learn; the
@@ -124,11 +135,7 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     data = te.placeholder((N, C, H, W), "data", dtype)
     weight = te.placeholder((K_out, C, R, S), "weight", dtype)
 
-    def pack_data(n, c, h, w, ci):
-        inside = te.tensor.all_(*([h >= ph] if ph else []), *([h < H + ph] if Hp > H + ph else []),
-                                *([w >= pw] if pw else []), *([w < W + pw] if Wp > W + pw else []))
-        return te.if_then_else(inside, data[n, c * icb + ci, h - ph, w - pw], zero(dtype))
-    Dp = te.compute((N, ico, Hp, Wp, icb), pack_data, name="data_pack")
+    Dp = padded_blocks(data, 0, icb, Hp, Wp, ph, pw, "data_pack")
 
     def pack_weight(o, c, r, s, ci, oi):
         load = weight[o * ocb + oi, c * icb + ci, r, s]
@@ -161,7 +168,7 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     cn, co, cy, cx, cv = s[Co].op.axis
     cvo, cvi = s[Co].split(cv, lanes)
     red = {"rc": rc, "ry": ry, "rx": rx, "rci": rci}
-    s[Co].reorder(cn, co, *(red[a] for a in _REDUCE_ORDERS[cfg["reduce_order"]]), cy, cx, cvo, cvi)
+    s[Co].reorder(cn, co, *(red[a] for a in REDUCE_ORDERS[cfg["reduce_order"]]), cy, cx, cvo, cvi)
     if cfg["unroll_rx"]:
         s[Co].unroll(red["rx"])
     s[Co].unroll(cy)
@@ -181,9 +188,6 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
     vectorize(s, Dp, dci, lanes)
     return s, [data, weight, *epi.inputs, out]
 
-
-_REDUCE_ORDERS = {"c-rs-ci": ("rc", "ry", "rx", "rci"), "c-ci-rs": ("rc", "rci", "ry", "rx"),
-                  "rs-c-ci": ("ry", "rx", "rc", "rci")}
 
 TEMPLATES = [Template("conv2d", "direct", ("cpu",), conv2d_direct, priority=20, epilogue=True),
              Template("conv2d", "nchwc", ("cpu",), conv2d_nchwc, priority=10, epilogue=True)]
