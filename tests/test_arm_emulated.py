@@ -30,12 +30,19 @@ EMULATED = {"name": "arm-cpu", "emulate": True}
 SHAPES = {"matmul": {"M": 13, "N": 37, "K": 7}, "batch_matmul": {"B": 2, "M": 20, "N": 33, "K": 9},
           "conv2d": {"N": 1, "C": 3, "H": 7, "W": 9, "K_out": 5, "R": 3, "S": 3, "padding": 1},
           "depthwise_conv2d": {"N": 1, "C": 4, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1},
-          "max_pool2d": {"N": 1, "C": 3, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1}}
+          "max_pool2d": {"N": 1, "C": 3, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1},
+          "avg_pool2d": {"N": 1, "C": 3, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1},
+          "global_avg_pool2d": {"N": 1, "C": 3, "H": 7, "W": 7},
+          "dense": {"M": 1, "N": 37, "K": 24},
+          "group_conv2d": {"N": 1, "C": 4, "H": 7, "W": 9, "K_out": 6, "R": 3, "S": 3, "padding": 1, "groups": 2}}
 BLOCKED = {"conv2d": {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 8, "R": 3, "S": 3, "padding": 1, "layout": "NCHW4c"},
            "depthwise_conv2d": {"N": 1, "C": 8, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1,
                                 "layout": "NCHW4c"},
            "max_pool2d": {"N": 1, "C": 4, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1,
-                          "layout": "NCHW4c"}}
+                          "layout": "NCHW4c"},
+           "avg_pool2d": {"N": 1, "C": 4, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1,
+                          "layout": "NCHW4c"},
+           "global_avg_pool2d": {"N": 1, "C": 8, "H": 7, "W": 7, "layout": "NCHW4c"}}
 EPILOGUES = [{"activation": "relu"}, {"bias": True, "residual": True, "activation": "relu6"}]
 TRIALS = 4
 
@@ -68,9 +75,12 @@ def test_every_arm_template_tunes_under_emulation_with_no_wrong_answer(tmp_path)
     served = {(t.op.name, t.template_name) for t in tasks}
     assert {("matmul", "tiled"), ("matmul", "packed"), ("batch_matmul", "packed"), ("conv2d", "direct"),
             ("conv2d", "nchwc"), ("depthwise_conv2d", "rows"), ("max_pool2d", "rows"), ("conv2d", "blocked"),
-            ("depthwise_conv2d", "blocked"), ("max_pool2d", "blocked")} <= served
-    # the fused epilogues of matmul (tiled, packed), conv2d (direct, nchwc, blocked), depthwise (rows, blocked)
-    assert sum(has_epilogue(t.args) for t in tasks) == 7 * len(EPILOGUES)
+            ("depthwise_conv2d", "blocked"), ("max_pool2d", "blocked"), ("avg_pool2d", "rows"),
+            ("avg_pool2d", "blocked"), ("global_avg_pool2d", "rows"), ("global_avg_pool2d", "blocked"),
+            ("dense", "rows"), ("group_conv2d", "direct")} <= served
+    # the fused epilogues of matmul (tiled, packed), dense, conv2d (direct, nchwc, blocked), group_conv2d,
+    # depthwise (rows, blocked)
+    assert sum(has_epilogue(t.args) for t in tasks) == 9 * len(EPILOGUES)
     states = tunekit.tune(tasks, target=EMULATED, trials=TRIALS, database=str(tmp_path / "arm.db"),
                           measure={"number": 1, "repeat": 2, "min_repeat_ms": 0, "warmup": 0, "retries": 0,
                                    "timeout_s": 60, "runner": {"name": "local", "warmup_s": 0}})

@@ -40,11 +40,24 @@ SHAPES = {
                           "dilation": (1, 2)}],
     "max_pool2d": [{"N": 1, "C": 3, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1},
                    {"N": 2, "C": 4, "H": 8, "W": 7, "R": 2, "S": 2, "stride": 2}],
+    "dense": [{"M": 1, "N": 37, "K": 64, "bias": True, "activation": "relu"}, {"M": 3, "N": 10, "K": 13},
+              {"M": 2, "N": 20, "K": 48, "bias": True, "residual": True, "activation": "relu6"}],
+    "group_conv2d": [{"N": 1, "C": 6, "H": 7, "W": 10, "K_out": 9, "R": 3, "S": 3, "padding": 1, "groups": 3},
+                     {"N": 2, "C": 8, "H": 13, "W": 9, "K_out": 4, "R": 3, "S": 2, "stride": 2, "padding": (1, 0),
+                      "groups": 2, "bias": True, "activation": "relu"}],
+    "avg_pool2d": [{"N": 1, "C": 3, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1},
+                   {"N": 2, "C": 4, "H": 8, "W": 7, "R": 3, "S": 2, "padding": (1, 0), "count_include_pad": True}],
+    "global_avg_pool2d": [{"N": 1, "C": 5, "H": 7, "W": 7}, {"N": 2, "C": 3, "H": 9, "W": 13}],
 }
 TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N": 5, "K": 2},
         "conv2d": {"N": 1, "C": 2, "H": 5, "W": 6, "K_out": 3, "R": 3, "S": 3, "stride": 2, "padding": 1},
         "depthwise_conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "R": 3, "S": 3, "padding": 1},
-        "max_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1}}
+        "max_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1},
+        "dense": {"M": 2, "N": 5, "K": 16, "bias": True, "activation": "relu"},
+        "group_conv2d": {"N": 1, "C": 4, "H": 5, "W": 6, "K_out": 6, "R": 3, "S": 3, "stride": 2, "padding": 1,
+                         "groups": 2},
+        "avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1},
+        "global_avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6}}
 # blocked layouts: blocks of a vector, of half one (short vectors) and of two (unrolled vectors)
 BLOCKED = {
     "conv2d": [{"N": 1, "C": 16, "H": 7, "W": 10, "K_out": 24, "R": 3, "S": 3, "padding": 1, "layout": "NCHW8c"},
@@ -61,13 +74,21 @@ BLOCKED = {
                           "dilation": (1, 2), "layout": "NCHW8c"}],
     "max_pool2d": [{"N": 1, "C": 16, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1, "layout": "NCHW8c"},
                    {"N": 2, "C": 8, "H": 8, "W": 7, "R": 2, "S": 2, "stride": 2, "layout": "NCHW4c"}],
+    "avg_pool2d": [{"N": 1, "C": 16, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1, "layout": "NCHW8c"},
+                   {"N": 2, "C": 32, "H": 8, "W": 7, "R": 3, "S": 2, "padding": (1, 0), "count_include_pad": True,
+                    "layout": "NCHW16c"}],
+    "global_avg_pool2d": [{"N": 1, "C": 16, "H": 7, "W": 7, "layout": "NCHW8c"},
+                          {"N": 2, "C": 8, "H": 20, "W": 20, "layout": "NCHW4c"}],
 }
 TINY_BLOCKED = {"conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "K_out": 4, "R": 3, "S": 3, "stride": 2, "padding": 1,
                            "layout": "NCHW4c", "data_layout": "NCHW"},
                 "depthwise_conv2d": {"N": 1, "C": 4, "H": 5, "W": 6, "R": 3, "S": 3, "padding": 1,
                                      "layout": "NCHW4c"},
                 "max_pool2d": {"N": 1, "C": 4, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1,
-                               "layout": "NCHW4c"}}
+                               "layout": "NCHW4c"},
+                "avg_pool2d": {"N": 1, "C": 4, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1,
+                               "layout": "NCHW4c"},
+                "global_avg_pool2d": {"N": 1, "C": 8, "H": 5, "W": 6, "layout": "NCHW4c"}}
 
 
 def shapes(template) -> list[dict]:
@@ -137,7 +158,8 @@ def test_default_templates():
     x86 = X86Target()
     names = {op: tunekit.Task(op, SHAPES[op][0]).bind(x86).template.name for op in SHAPES}
     assert names == {"matmul": "packed", "batch_matmul": "packed", "conv2d": "direct", "depthwise_conv2d": "rows",
-                     "max_pool2d": "rows"}
+                     "max_pool2d": "rows", "dense": "rows", "group_conv2d": "direct", "avg_pool2d": "rows",
+                     "global_avg_pool2d": "rows"}
     assert {t.name for t in registry().templates if t.op == "matmul" and t.serves(x86)} >= {"tiled", "packed"}
 
 

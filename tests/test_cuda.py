@@ -37,6 +37,12 @@ SHAPES = {
                          activation="relu"),
     "depthwise_conv2d-fused": dict(N=1, C=128, H=56, W=56, R=3, S=3, padding=1, bias=True, activation="relu6"),
     "matmul-fused": dict(M=256, N=512, K=128, bias=True, activation="relu"),
+    "dense-fused": dict(M=1, N=1000, K=512, bias=True),
+    "group_conv2d-fused": dict(N=1, C=64, H=28, W=28, K_out=64, R=3, S=3, padding=1, groups=4, bias=True,
+                               activation="relu"),
+    "max_pool2d": dict(N=1, C=64, H=112, W=112, R=3, S=3, stride=2, padding=1),
+    "avg_pool2d": dict(N=1, C=64, H=56, W=56, R=3, S=3, stride=2, padding=1),
+    "global_avg_pool2d": dict(N=1, C=512, H=7, W=7),
 }
 
 

@@ -13,17 +13,22 @@ from tunekit_plugins.targets.csource import emit
 from tunekit_plugins.targets.gpu_templates import (
     conv2d_register,
     conv2d_shared,
+    dense_register,
+    dense_shared,
     depthwise_register,
     matmul_register,
     matmul_shared,
     on_chip_shared,
+    pool_threads,
     templates,
 )
 
 from tunekit import DeviceInfo, ir, te
 from tunekit.errors import BuildError
 from tunekit.ir import interp
+from tunekit.ops import pool
 from tunekit.ops.conv2d import reference as conv_ref
+from tunekit.ops.dense import reference as dense_ref
 from tunekit.ops.depthwise_conv2d import reference as dw_ref
 from tunekit.ops.matmul import reference as mm_ref
 from tunekit.space import ConfigSpace
@@ -44,6 +49,13 @@ def config(fn, values: dict | None = None, device=GPU, seed: int = 0, **args):
     cfg = space.from_json(values) if values else space.get(space.sample(random.Random(seed), 1)[0])
     s, tensors = fn(cfg, device, **args)
     return te.lower(s, tensors, name="kern"), tensors
+
+
+def _pool(compute):
+    def fn(cfg, device, **args):
+        return pool_threads(compute(**args), cfg, device)
+    fn.__name__ = compute.__name__
+    return fn
 
 
 MM = dict(M=32, N=32, K=16)
@@ -163,9 +175,10 @@ def test_reserved_and_clashing_names_are_renamed():
     assert "void kernel_fn(__global float* restrict float_1)" in code and "int int_1 = 0" in code
 
 
-@pytest.mark.parametrize("fn", [matmul_shared, matmul_register, conv2d_shared, conv2d_register, depthwise_register])
+@pytest.mark.parametrize("fn", [matmul_shared, matmul_register, dense_shared, dense_register, conv2d_shared,
+                                conv2d_register, depthwise_register])
 def test_constraints_hold_for_sampled_configs(fn):
-    args = MM if fn.__name__.startswith("matmul") else dict(N=1, C=16, H=14, W=14, R=3, S=3, padding=1)
+    args = MM if fn.__name__.startswith(("matmul", "dense")) else dict(N=1, C=16, H=14, W=14, R=3, S=3, padding=1)
     if fn.__name__.startswith("conv2d"):
         args = dict(args, K_out=32)
     space = ConfigSpace()
@@ -180,7 +193,8 @@ def test_constraints_hold_for_sampled_configs(fn):
 def test_templates_pick_shared_memory_by_device():
     assert on_chip_shared(GPU) and not on_chip_shared(MALI)
     ts = {(t.op, t.name): t for t in templates(("cuda",))}
-    assert {op for op, _ in ts} == {"matmul", "conv2d", "depthwise_conv2d"}
+    assert {op for op, _ in ts} == {"matmul", "dense", "conv2d", "group_conv2d", "depthwise_conv2d", "max_pool2d",
+                                    "avg_pool2d", "global_avg_pool2d"}
     assert all(ts[(op, "gpu")].priority > t.priority for (op, name), t in ts.items() if name != "gpu")
     for dev, shared in ((GPU, True), (MALI, False)):
         space = ConfigSpace()
@@ -200,8 +214,15 @@ def test_templates_pick_shared_memory_by_device():
     (depthwise_register, dict(N=1, C=4, H=6, W=6, R=3, S=3, padding=1, bias=True, activation="relu"), dw_ref),
     (matmul_shared, dict(MM, **FUSED), mm_ref),
     (matmul_register, dict(MM, **FUSED), mm_ref),
+    (dense_shared, dict(MM, **FUSED), dense_ref),
+    (dense_register, dict(MM, **FUSED), dense_ref),
+    (conv2d_register, dict(N=1, C=4, H=7, W=7, K_out=6, R=3, S=3, padding=1, groups=2, **FUSED), conv_ref),
+    (_pool(pool.compute), dict(N=1, C=3, H=7, W=8, R=3, S=3, stride=2, padding=1), pool.reference),
+    (_pool(pool.avg_compute), dict(N=1, C=3, H=7, W=8, R=3, S=2, stride=2, padding=1), pool.avg_reference),
+    (_pool(pool.global_compute), dict(N=2, C=3, H=5, W=6), pool.global_reference),
 ], ids=["matmul_shared", "matmul_register", "conv2d_shared", "conv2d_register", "depthwise", "conv2d_shared-fused",
-        "conv2d_register-fused", "depthwise-fused", "matmul_shared-fused", "matmul_register-fused"])
+        "conv2d_register-fused", "depthwise-fused", "matmul_shared-fused", "matmul_register-fused",
+        "dense_shared-fused", "dense_register-fused", "group_conv2d-fused", "max_pool", "avg_pool", "global_avg_pool"])
 def test_templates_in_the_reference_interpreter(fn, args, ref):
     rng = np.random.default_rng(1)
     for seed in range(2):

@@ -161,13 +161,42 @@ def pool_and_head(path, c: int = 8):
 def test_pooling_flatten_and_gemm_match_onnxruntime(tmp_path):
     path = pool_and_head(tmp_path / "m.onnx")
     graph = tunekit.network.load_graph(path)
-    assert [n.op for n in graph.nodes] == ["conv2d", "max_pool2d", "depthwise_conv2d", "depthwise_conv2d", "conv2d"]
+    assert [n.op for n in graph.nodes] == ["conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d", "dense"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         net = tunekit.compile_model(path)
     x = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
     (y,) = net(x)
     assert y.shape == (1, 10)
+    np.testing.assert_allclose(y, reference(path, x), rtol=1e-4, atol=1e-5)
+
+
+def grouped_and_padded(path):
+    """A grouped conv (4 groups), padded average pools counting the padding or not, and a
+    Gemm with [in, out] weights (transB = 0) followed by a ReLU."""
+    nodes = [conv("x", "g", "wg", "bg", group=4), helper.make_node("Relu", ["g"], ["r"], name="relu"),
+             helper.make_node("AveragePool", ["r"], ["a"], name="avg_excl", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["a"], ["b"], name="avg_incl", kernel_shape=[3, 2], strides=[1, 1],
+                              pads=[1, 0, 1, 0], count_include_pad=1),
+             helper.make_node("Flatten", ["b"], ["f"], name="flat", axis=1),
+             helper.make_node("Gemm", ["f", "fc", "fcb"], ["z"], name="fc"),
+             helper.make_node("Relu", ["z"], ["y"], name="fc_relu")]
+    return model(path, nodes, [weight("wg", 16, 2, 3, 3), weight("bg", 16), weight("fc", 16 * 5 * 4, 12),
+                               weight("fcb", 12)], [1, 8, 9, 9], [1, 12])
+
+
+def test_grouped_conv_padded_average_pools_and_gemm_match_onnxruntime(tmp_path):
+    path = grouped_and_padded(tmp_path / "m.onnx")
+    graph = tunekit.network.load_graph(path)
+    assert [(n.op, n.args.get("groups"), n.args.get("count_include_pad")) for n in graph.nodes] == [
+        ("group_conv2d", 4, None), ("avg_pool2d", None, False), ("avg_pool2d", None, True), ("dense", None, None)]
+    assert graph.nodes[-1].args["activation"] == "relu" and graph.nodes[-1].args["bias"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = tunekit.compile_model(path)
+    x = RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    (y,) = net(x)
     np.testing.assert_allclose(y, reference(path, x), rtol=1e-4, atol=1e-5)
 
 

@@ -44,10 +44,24 @@ CASES = {
                          activation="relu6"),
     "depthwise_conv2d-fused": dict(N=1, C=8, H=7, W=7, R=3, S=3, padding=1, bias=True, activation="relu"),
     "matmul-fused": dict(M=24, N=32, K=16, bias=True, residual=True, activation="relu"),
+    "dense": dict(M=3, N=20, K=24),
+    "dense-fused": dict(M=1, N=37, K=64, bias=True, activation="relu"),
+    "group_conv2d-fused": dict(N=1, C=6, H=7, W=8, K_out=9, R=3, S=3, padding=1, groups=3, bias=True,
+                               activation="relu"),
+    "max_pool2d": dict(N=1, C=3, H=9, W=10, R=3, S=3, stride=2, padding=1),
+    "avg_pool2d": dict(N=1, C=3, H=9, W=10, R=3, S=3, stride=2, padding=1),
+    "global_avg_pool2d": dict(N=2, C=5, H=7, W=7),
 }
-RUNS = [(target, case, template) for target, templates in (("opencl", ("shared", "register")), ("mali", ("gpu",)))
-        for case in CASES for template in templates
-        if not (case.startswith("depthwise") and template == "shared")]
+
+
+def _templates(op: str, target: str) -> list[str]:
+    """The shared and register templates of `op` on `target` where it has them, else its one "gpu"."""
+    names = {t.name for t in tunekit.registry().templates if t.op == op and target in t.targets}
+    return sorted(names & {"shared", "register"}) or ["gpu"]
+
+
+RUNS = [(target, case, template) for target in ("opencl", "mali") for case in CASES
+        for template in (_templates(case.split("-")[0], target) if target == "opencl" else ["gpu"])]
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +207,20 @@ def test_a_network_runs_with_fused_epilogues_on_opencl(tmp_path):
         ("depthwise_conv2d", "NCHW", True), ("conv2d", "NCHW", True)]   # GPUs keep NCHW
     x = np.random.default_rng(0).standard_normal((1, 8, 14, 14)).astype(np.float32)
     np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-4)
+
+
+@needs_device
+@pytest.mark.parametrize("make", ["pool_and_head", "grouped_and_padded"])
+def test_a_network_with_pools_grouped_convs_and_dense_runs_on_opencl(tmp_path, make):
+    pytest.importorskip("onnx")
+    import warnings
+
+    import test_onnx
+    path = getattr(test_onnx, make)(tmp_path / "m.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = tunekit.compile_model(path, target="opencl")
+    assert {n.op for n in net.graph.nodes} >= {"dense", "avg_pool2d"}
+    shape = next(iter(net.graph.inputs.values()))[0]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(net(x)[0], test_onnx.reference(path, x), rtol=1e-4, atol=1e-4)

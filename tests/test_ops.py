@@ -10,8 +10,11 @@ from tunekit.errors import ArgumentError
 from tunekit.ir import interp
 from tunekit.ops.batch_matmul import batch_matmul
 from tunekit.ops.conv2d import conv2d
+from tunekit.ops.dense import dense
 from tunekit.ops.depthwise_conv2d import depthwise_conv2d
+from tunekit.ops.group_conv2d import group_conv2d
 from tunekit.ops.matmul import matmul
+from tunekit.ops.pool import avg_pool2d, global_avg_pool2d, max_pool2d
 from tunekit.ops.workloads import workloads
 
 
@@ -57,20 +60,54 @@ def _id(op, args):
     return "-".join([op.name, *geometry])
 
 
+def naive_group_conv2d(x, w, stride, padding, dilation, groups):
+    cg, kg = x.shape[1] // groups, w.shape[0] // groups
+    return np.concatenate([naive_conv2d(x[:, g * cg:(g + 1) * cg], w[g * kg:(g + 1) * kg], stride, padding, dilation)
+                           for g in range(groups)], axis=1)
+
+
+def naive_pool(x, R, S, stride, padding, kind, count_include_pad=False):
+    (sh, sw), (ph, pw) = stride, padding
+    N, C, H, W = x.shape
+    OH, OW = (H + 2 * ph - R) // sh + 1, (W + 2 * pw - S) // sw + 1
+    out = np.zeros((N, C, OH, OW))
+    for n, c, y, xx in np.ndindex(N, C, OH, OW):
+        vals = [float(x[n, c, h, v]) for h in range(y * sh - ph, y * sh - ph + R)
+                for v in range(xx * sw - pw, xx * sw - pw + S) if 0 <= h < H and 0 <= v < W]
+        out[n, c, y, xx] = max(vals) if kind == "max" else sum(vals) / (R * S if count_include_pad else len(vals))
+    return out
+
+
 CASES = [pytest.param(op, args, id=_id(op, args)) for op, args in
-         [(batch_matmul, dict(B=2, M=3, N=5, K=4))]
+         [(batch_matmul, dict(B=2, M=3, N=5, K=4)), (dense, dict(M=3, N=5, K=7))]
          + [(conv2d, dict(N=2, C=3, H=7, W=6, K_out=4, R=3, S=2, stride=st, padding=p, dilation=d))
             for st, p, d in GEOMETRIES]
          + [(depthwise_conv2d, dict(N=2, C=3, H=7, W=6, R=3, S=2, stride=st, padding=p, dilation=d))
-            for st, p, d in GEOMETRIES]]
-# the same, plus each padded case again with its pad stage inlined into the convolution
+            for st, p, d in GEOMETRIES]
+         + [(group_conv2d, dict(N=2, C=4, H=7, W=6, K_out=6, R=3, S=2, stride=st, padding=p, dilation=d, groups=2))
+            for st, p, d in GEOMETRIES]
+         + [(op, dict(N=2, C=3, H=7, W=6, R=3, S=3, stride=st, padding=p)) for op in (max_pool2d, avg_pool2d)
+            for st, p, _ in GEOMETRIES]
+         + [(avg_pool2d, dict(N=1, C=2, H=7, W=6, R=3, S=3, stride=2, padding=1, count_include_pad=True)),
+            (global_avg_pool2d, dict(N=2, C=3, H=5, W=7))]]
+# the same, plus each padded convolution again with its pad stage inlined (pools have none)
 LOWER_CASES = [pytest.param(*c.values, inline, id=c.id + ("-inline" if inline else ""))
-               for c in CASES for inline in (False, True) if not inline or c.values[1].get("padding", 0)]
+               for c in CASES for inline in (False, True)
+               if not inline or c.values[1].get("padding", 0) and "pool" not in c.values[0].name]
 
 
 def naive(op, args, inputs):
     if op is batch_matmul:
         return naive_batch_matmul(*inputs)
+    if op is dense:
+        return naive_batch_matmul(inputs[0][None], inputs[1].T[None])[0]
+    if op is group_conv2d:
+        return naive_group_conv2d(*inputs, args["stride"], args["padding"], args["dilation"], args["groups"])
+    if op in (max_pool2d, avg_pool2d):
+        return naive_pool(*inputs, args["R"], args["S"], args["stride"], args["padding"], op.name[:3],
+                          args.get("count_include_pad", False))
+    if op is global_avg_pool2d:
+        return inputs[0].astype(np.float64).mean(axis=(2, 3), keepdims=True)
     return naive_conv2d(*inputs, args["stride"], args["padding"], args["dilation"], depthwise=op is depthwise_conv2d)
 
 
@@ -197,6 +234,12 @@ def test_workload_details():
     (batch_matmul, dict(B=2, M=3, N=4), "K"),
     (batch_matmul, dict(B=0, M=3, N=4, K=5), "B"),
     (matmul, dict(M="x", N=4, K=5), "M"),
+    (group_conv2d, dict(N=1, C=6, H=8, W=8, K_out=4, R=3, S=3, groups=4), "groups=4 must divide both C=6"),
+    (group_conv2d, dict(N=1, C=8, H=8, W=8, K_out=8, R=3, S=3, groups=2, layout="NCHW4c"), "NCHW data only"),
+    (max_pool2d, dict(N=1, C=3, H=8, W=8, R=2, S=2, padding=2), "smaller than the 2x2 window"),
+    (avg_pool2d, dict(N=1, C=3, H=8, W=8, R=2, S=2, dilation=2), "no dilation"),
+    (global_avg_pool2d, dict(N=1, C=6, H=8, W=8, layout="NCHW4c"), "C=6 is not a multiple"),
+    (dense, dict(M=1, N=4), "K"),
 ])
 def test_bad_args_are_argument_errors_naming_the_field(op, args, match):
     with pytest.raises(ArgumentError, match=f"op '{op.name}': args.*{match}"):

@@ -4,7 +4,7 @@ layer, with their weights blocked once here. A tensor stays NCHW where something
 needs it so: the network's inputs and feature-map outputs, an op with no blocked
 form, a channel count that is not a whole number of blocks. A tensor of 1 x 1
 pixels is the same bytes in both layouts, so it passes between the two freely
-(a global pool's output feeding a Gemm).
+(a global pool's output feeding a dense layer).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..ops import layout as layouts
 from . import Graph, Node
 
 #: the ops with a blocked form (data first; a convolution's weight second, its residual last)
-_BLOCKABLE = {"conv2d", "depthwise_conv2d", "max_pool2d"}
+_BLOCKABLE = {"conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d"}
 
 
 def _out_shape(node: Node) -> tuple:

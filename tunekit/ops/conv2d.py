@@ -5,7 +5,8 @@ the weights [K_out/b, C, R, S, b].
 OH = (H + 2*pad_h - dil_h*(R-1) - 1) // stride_h + 1 (OW likewise); H, W are input
 sizes. Stages: "pad" (zero padding; absent when padding is 0) feeding "conv",
 a sum over (rc, ry, rx). With padding, templates find "pad" as `out.op.inputs[0]`.
-The helpers here (pair types, WindowArgs, padded, windows) are shared with depthwise_conv2d.
+The helpers here (pair types, WindowArgs, padded, windows) are shared with depthwise_conv2d;
+compute, reference and flops take `groups` for group_conv2d.
 """
 from __future__ import annotations
 
@@ -114,17 +115,20 @@ def windows(x: np.ndarray, R: int, S: int, stride, padding, dilation) -> np.ndar
 
 
 def compute(N: int, C: int, H: int, W: int, K_out: int, R: int, S: int, stride=1, padding=0, dilation=1,
-            dtype: str = "float32", layout: str = "NCHW", data_layout: str | None = None, **epilogue):
+            dtype: str = "float32", layout: str = "NCHW", data_layout: str | None = None, groups: int = 1,
+            **epilogue):
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     b, db = block_of(layout), block_of(data_layout or layout)
+    Cg, Kg = C // groups, K_out // groups    # groups (NCHW only): output channel k reads group k // Kg
     data = layouts.placeholder(N, C, H, W, db, "data", dtype)
-    weight = te.placeholder((K_out // b, C, R, S, b) if b else (K_out, C, R, S), "weight", dtype)
+    weight = te.placeholder((K_out // b, C, R, S, b) if b else (K_out, Cg, R, S), "weight", dtype)
     pad = padded(data, padding)
-    rc, ry, rx = te.reduce_axis(C, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
+    rc, ry, rx = te.reduce_axis(Cg, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
 
     def conv(n, k, y, x, *ki):
-        d = layouts.load(pad, db, n, (rc // db, rc % db) if db else rc, y * sh + ry * dh, x * sw + rx * dw)
+        c = rc if groups == 1 else k // Kg * Cg + rc
+        d = layouts.load(pad, db, n, (c // db, c % db) if db else c, y * sh + ry * dh, x * sw + rx * dw)
         return te.sum(d * weight[(k, rc, ry, rx, *ki)], axis=[rc, ry, rx])
     out = te.compute(layouts.shape(N, K_out, OH, OW, b), conv, name="conv_acc" if has_epilogue(epilogue) else "conv")
     return [data, weight, *fused(out, K_out, dtype, epilogue, "conv", b)]
@@ -139,18 +143,20 @@ def nchw_extra(extra, residual: bool, b: int) -> list:
 
 
 def reference(data, weight, *extra, R, S, stride=1, padding=0, dilation=1, bias=False, residual=False,
-              activation="none", layout: str = "NCHW", data_layout: str | None = None, **_):
+              activation="none", layout: str = "NCHW", data_layout: str | None = None, groups: int = 1, **_):
     b, db = block_of(layout), block_of(data_layout or layout)
     win = windows(layouts.to_nchw(data, db), R, S, stride, padding, dilation)
     w = layouts.conv_weight_oihw(weight, b).astype(np.float64)
-    out = np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
+    cg, kg = win.shape[1] // groups, w.shape[0] // groups
+    out = np.concatenate([np.tensordot(win[:, g * cg:(g + 1) * cg], w[g * kg:(g + 1) * kg], axes=([1, 4, 5], [1, 2, 3]))
+                          for g in range(groups)], axis=3).transpose(0, 3, 1, 2)
     out = epilogue.reference(out, nchw_extra(extra, residual, b), bias, residual, activation)
     return [layouts.to_blocked(out, b).astype(data.dtype, order="C")]
 
 
-def flops(N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, **_):
+def flops(N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, groups=1, **_):
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
-    return 2 * N * K_out * out_size(H, R, sh, ph, dh) * out_size(W, S, sw, pw, dw) * C * R * S
+    return 2 * N * K_out * out_size(H, R, sh, ph, dh) * out_size(W, S, sw, pw, dw) * C // groups * R * S
 
 
 conv2d = Op("conv2d", Conv2dArgs, compute, reference, flops=flops,

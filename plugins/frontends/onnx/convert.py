@@ -1,5 +1,5 @@
-"""ONNX -> tunekit graph: BatchNormalization folded into the conv before it, the bias
-add, residual add and ReLU/Clip(0, 6) after a conv fused into its epilogue."""
+"""ONNX -> tunekit graph: BatchNormalization folded into the conv (or Gemm) before it,
+the bias add, residual add and ReLU/Clip(0, 6) after it fused into its epilogue."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,9 +7,8 @@ import numpy as np
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node
 
-SUPPORTED = "Conv (group 1 or depthwise), Gemm, MaxPool, GlobalAveragePool, AveragePool (no padding), Flatten, " \
-            "Reshape (to [N, -1]); and after a Conv or Gemm: BatchNormalization, Add (bias or residual), Relu, " \
-            "Clip(0, 6)"
+SUPPORTED = "Conv (any group), Gemm, MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape (to [N, -1]); " \
+            "and after a Conv or Gemm: BatchNormalization, Add (bias or residual), Relu, Clip(0, 6)"
 
 
 def _attrs(node) -> dict:
@@ -57,7 +56,7 @@ def convert(path: str) -> Graph:
 
 
 class _Fused:
-    """A conv being built up: its anchor args and what the following nodes fuse into it."""
+    """A conv or dense being built up: its anchor args and what the following nodes fuse into it."""
 
     def __init__(self, op, args, data, weight, bias, output, name):
         self.op, self.args, self.data, self.weight, self.bias = op, args, data, weight, bias
@@ -97,8 +96,8 @@ class _Builder:
 
     def add(self, n) -> None:
         n = _Renamed(n, self.name)
-        own = {"Conv": self.conv, "Gemm": self.gemm, "MaxPool": self.maxpool, "GlobalAveragePool": self.average,
-               "AveragePool": self.average, "Flatten": self.flatten, "Reshape": self.flatten}
+        own = {"Conv": self.conv, "Gemm": self.gemm, "MaxPool": self.maxpool, "AveragePool": self.avgpool,
+               "GlobalAveragePool": self.global_average, "Flatten": self.flatten, "Reshape": self.flatten}
         if n.op_type in own:
             return own[n.op_type](n)
         # an Add fuses into the later of its two producers, so that the other operand is computed before it
@@ -106,7 +105,7 @@ class _Builder:
         cands = [self.by_output[i] for i in ins if i in self.by_output and self.uses.get(i, 0) == 1]
         f = max(cands, key=self.nodes.index) if cands else self.by_output.get(n.input[0]) if n.input else None
         if f is None or self.uses.get(f.output, 0) != 1:
-            raise self.fail(n, "it does not follow a Conv whose output it alone reads" if n.op_type in
+            raise self.fail(n, "it does not follow a Conv or Gemm whose output it alone reads" if n.op_type in
                             ("BatchNormalization", "Add", "Relu", "Clip") else "")
         {"BatchNormalization": self.batchnorm, "Add": self.residual, "Relu": self.relu,
          "Clip": self.clip}.get(n.op_type, lambda n, f: (_ for _ in ()).throw(self.fail(n)))(n, f)
@@ -135,7 +134,7 @@ class _Builder:
         elif group == C == K and Cg == 1:
             op, args = "depthwise_conv2d", common
         else:
-            raise self.fail(n, f"grouped convolution with group={group} (only 1 and depthwise)")
+            op, args = "group_conv2d", {**common, "K_out": K, "groups": group}
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
         if bias is not None and bias not in self.consts:
             raise self.fail(n, "its bias is not a constant")
@@ -146,48 +145,45 @@ class _Builder:
     def gemm(self, n) -> None:
         a = _attrs(n)
         x, w = n.input[0], n.input[1]
-        shape = self.shapes[n.input[0]]   # [1, K], or [1, K, 1, 1] read through a Flatten
+        shape = self.shapes[n.input[0]]   # [M, K], or [M, K, 1, 1] read through a Flatten
         M, K = shape[0], int(np.prod(shape[1:]))
-        if M != 1 or w not in self.consts or a.get("transA", 0) or a.get("alpha", 1.0) != 1 or \
-                a.get("beta", 1.0) != 1:
-            raise self.fail(n, "only a Gemm of a [1, K] input and constant weights, alpha = beta = 1")
+        if w not in self.consts or a.get("transA", 0) or a.get("alpha", 1.0) != 1 or a.get("beta", 1.0) != 1:
+            raise self.fail(n, "only a Gemm of constant weights, transA = 0, alpha = beta = 1")
         weight = self.consts[w] if a.get("transB", 0) else self.consts[w].T   # [out, in]
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
         if bias is not None and (bias not in self.consts or self.consts[bias].size != weight.shape[0]):
             raise self.fail(n, "its bias is not a constant of [out] values")
-        args = dict(N=1, C=K, H=1, W=1, K_out=weight.shape[0], R=1, S=1, stride=(1, 1), padding=(0, 0),
-                    dilation=(1, 1), dtype="float32", activation="none")   # a 1x1 convolution of a 1x1 image
-        f = _Fused("conv2d", args, x, self.const(w + "/oihw", weight.reshape(*weight.shape, 1, 1)),
+        args = dict(M=M, N=weight.shape[0], K=K, dtype="float32", activation="none")
+        f = _Fused("dense", args, x, w if a.get("transB", 0) else self.const(w + "/t", weight),
                    self.const(bias + "/flat", self.consts[bias].reshape(-1)) if bias else None, n.output[0], n.name)
         self.nodes.append(f)
         self.by_output[f.output] = f
 
-    def maxpool(self, n) -> None:
-        a = _attrs(n)
+    def _pool_args(self, n, a: dict) -> dict:
         N, C, H, W = self.shapes[n.input[0]]
         pads = list(a.get("pads", [0, 0, 0, 0]))
         if len(n.output) > 1 or a.get("ceil_mode", 0) or pads[:2] != pads[2:] or \
                 a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             raise self.fail(n, "only floor mode with symmetric explicit padding and one output")
         (R, S) = a["kernel_shape"]
-        args = dict(N=N, C=C, H=H, W=W, R=R, S=S, stride=tuple(a.get("strides", [1, 1])), padding=tuple(pads[:2]),
+        return dict(N=N, C=C, H=H, W=W, R=R, S=S, stride=tuple(a.get("strides", [1, 1])), padding=tuple(pads[:2]),
                     dilation=tuple(a.get("dilations", [1, 1])), dtype="float32")
-        self.nodes.append(_Plain("max_pool2d", args, [n.input[0]], n.output[0], n.name))
 
-    def average(self, n) -> None:
-        """Average pooling as a depthwise convolution with constant weights 1 / window."""
+    def maxpool(self, n) -> None:
+        self.nodes.append(_Plain("max_pool2d", self._pool_args(n, _attrs(n)), [n.input[0]], n.output[0], n.name))
+
+    def avgpool(self, n) -> None:
         a = _attrs(n)
+        args = self._pool_args(n, a)
+        if args.pop("dilation") != (1, 1):
+            raise self.fail(n, "AveragePool with dilations")
+        args["count_include_pad"] = bool(a.get("count_include_pad", 0))
+        self.nodes.append(_Plain("avg_pool2d", args, [n.input[0]], n.output[0], n.name))
+
+    def global_average(self, n) -> None:
         N, C, H, W = self.shapes[n.input[0]]
-        R, S = (H, W) if n.op_type == "GlobalAveragePool" else a["kernel_shape"]
-        if any(a.get("pads", [0])) or a.get("ceil_mode", 0):
-            raise self.fail(n, "only AveragePool without padding (floor mode)")
-        strides = (1, 1) if n.op_type == "GlobalAveragePool" else tuple(a.get("strides", [1, 1]))
-        args = dict(N=N, C=C, H=H, W=W, R=R, S=S, stride=strides, padding=(0, 0), dilation=(1, 1),
-                    dtype="float32", activation="none")
-        weight = self.const(n.output[0] + "/mean", np.full((C, 1, R, S), 1.0 / (R * S)))
-        f = _Fused("depthwise_conv2d", args, n.input[0], weight, None, n.output[0], n.name)
-        self.nodes.append(f)
-        self.by_output[f.output] = f
+        self.nodes.append(_Plain("global_avg_pool2d", dict(N=N, C=C, H=H, W=W, dtype="float32"), [n.input[0]],
+                                 n.output[0], n.name))
 
     def flatten(self, n) -> None:
         shape, out = self.shapes[n.input[0]], self.shapes[n.output[0]]
@@ -197,10 +193,12 @@ class _Builder:
 
     def batchnorm(self, n, f: _Fused) -> None:
         if f.residual is not None or f.args["activation"] != "none" or any(i not in self.consts for i in n.input[1:]):
-            raise self.fail(n, "only a BatchNormalization with constant parameters right after a Conv is folded")
+            raise self.fail(n, "only a BatchNormalization with constant parameters right after a Conv or Gemm is "
+                            "folded")
         scale, shift, mean, var = (self.consts[i].astype(np.float64) for i in n.input[1:5])
         k = scale / np.sqrt(var + _attrs(n).get("epsilon", 1e-5))
-        w = self.consts[f.weight].astype(np.float64) * k.reshape(-1, 1, 1, 1)
+        w = self.consts[f.weight].astype(np.float64)
+        w = w * k.reshape(-1, *[1] * (w.ndim - 1))   # per output channel (OIHW) or feature ([out, in])
         b = self.consts[f.bias].astype(np.float64) if f.bias else np.zeros_like(k)
         f.weight = self.const(f.weight + "/bn", w)
         f.bias = self.const(n.output[0] + "/bias", (b - mean) * k + shift)

@@ -8,7 +8,9 @@ virtual threads optional.
 
 `conv2d_register` and `depthwise_register` (no shared memory: Mali, CPU OpenCL):
 each thread accumulates its register tile straight from global memory (padding
-inlined into the loads), the XI columns vectorized.
+inlined into the loads), the XI columns vectorized. `conv2d_register` schedules
+group_conv2d too (its one GPU template: a block's channels may span groups, which
+the shared-memory staging does not tile).
 
 All three fuse an epilogue (bias, residual, activation): the register tile is the
 convolution stage itself, in local memory, and the stage that writes it out to
@@ -132,14 +134,15 @@ def _register_tiles(cfg, s, out, OL, f_extent, OH, OW, device, dtype, red_axes):
 
 
 def conv2d_register(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
-                    **epilogue):
-    *params, out = conv_compute(N, C, H, W, K_out, R, S, stride, padding, dilation, dtype, **epilogue)
+                    groups=1, **epilogue):
+    *params, out = conv_compute(N, C, H, W, K_out, R, S, stride, padding, dilation, dtype, groups=groups,
+                                **epilogue)
     (OH, OW), _, _, has_pad = _geometry(H, W, R, S, stride, padding, dilation)
     s = te.create_schedule(out)
     OL = accumulator(s, out, epilogue)
     if has_pad:
         s[OL.op.inputs[0]].compute_inline()
-    cfg.define_split("tile_rc", C, num_outputs=2, filter=lambda v: v[1] <= 16)
+    cfg.define_split("tile_rc", C // groups, num_outputs=2, filter=lambda v: v[1] <= 16)
 
     def red(st):
         rc, ry, rx = st.op.reduce_axis

@@ -9,10 +9,15 @@ may loop over virtual threads (vy x vx sub-tiles).
 `matmul_register` (no shared memory; Mali, and CPU OpenCL): each thread
 accumulates a (YI x XI) register tile straight from global memory, the XI
 columns vectorized.
+
+`dense_shared` and `dense_register` are the same schedules for dense, whose
+weights are [N, K]: the weight tile is copied along K (coalesced, vectors of
+`vec`), and its columns are not vectorized in the register tile (they are K apart).
 """
 from __future__ import annotations
 
 from tunekit import te
+from tunekit.ops.dense import compute as dense_compute
 from tunekit.ops.epilogue import accumulator
 from tunekit.ops.matmul import compute as matmul_compute
 
@@ -22,7 +27,17 @@ MAX_ACC = 64   # accumulators per thread: beyond this registers spill
 
 
 def matmul_shared(cfg, device, M, N, K, dtype="float32", **epilogue):
-    *params, C = matmul_compute(M, N, K, dtype, **epilogue)
+    return _shared(cfg, device, matmul_compute(M, N, K, dtype, **epilogue), M, N, K, dtype, epilogue, False)
+
+
+def dense_shared(cfg, device, M, N, K, dtype="float32", **epilogue):
+    return _shared(cfg, device, dense_compute(M, N, K, dtype, **epilogue), M, N, K, dtype, epilogue, True)
+
+
+def _shared(cfg, device, tensors, M, N, K, dtype, epilogue, rows_of_k: bool):
+    """The shared-memory schedule of `tensors` (A, B, epilogue inputs, C); B is
+    [N, K] if `rows_of_k` (dense), else [K, N] (matmul)."""
+    *params, C = tensors
     A, B = params[:2]
     s = te.create_schedule(C)
     CL = accumulator(s, C, epilogue)
@@ -60,7 +75,7 @@ def matmul_shared(cfg, device, M, N, K, dtype="float32", **epilogue):
     ko, ki = cfg["tile_k"].apply(s, CL, k)
     s[CL].reorder(ko, ki, ci, cj)
     s[CL].unroll(ci)
-    if cfg["vec"] > 1 and cfg["tile_x"][3] % cfg["vec"] == 0:
+    if cfg["vec"] > 1 and cfg["tile_x"][3] % cfg["vec"] == 0 and not rows_of_k:
         cjo, cjv = s[CL].split(cj, factor=cfg["vec"])
         s[CL].unroll(cjo)
         s[CL].vectorize(cjv)
@@ -71,13 +86,23 @@ def matmul_shared(cfg, device, M, N, K, dtype="float32", **epilogue):
     threads = (cfg["tile_x"][2], cfg["tile_y"][2])
     for cache in (AA, BB):
         s[cache].compute_at(s[CL], ko)
-    cooperative_fetch(s, AA, threads, cfg["vec"] if cfg["tile_k"][1] % cfg["vec"] == 0 else 1)
-    cooperative_fetch(s, BB, threads, cfg["vec"])
+    along_k = cfg["vec"] if cfg["tile_k"][1] % cfg["vec"] == 0 else 1
+    cooperative_fetch(s, AA, threads, along_k)
+    cooperative_fetch(s, BB, threads, along_k if rows_of_k else cfg["vec"])
     return s, [*params, C]
 
 
 def matmul_register(cfg, device, M, N, K, dtype="float32", **epilogue):
-    *params, C = matmul_compute(M, N, K, dtype, **epilogue)
+    return _register(cfg, device, matmul_compute(M, N, K, dtype, **epilogue), M, N, K, dtype, epilogue, False)
+
+
+def dense_register(cfg, device, M, N, K, dtype="float32", **epilogue):
+    return _register(cfg, device, dense_compute(M, N, K, dtype, **epilogue), M, N, K, dtype, epilogue, True)
+
+
+def _register(cfg, device, tensors, M, N, K, dtype, epilogue, rows_of_k: bool):
+    """The register-only schedule of `tensors` (as `_shared`'s)."""
+    *params, C = tensors
     s = te.create_schedule(C)
     CL = accumulator(s, C, epilogue)
     lanes = max(1, min(16, device.lanes(dtype)))
@@ -112,8 +137,10 @@ def matmul_register(cfg, device, M, N, K, dtype="float32", **epilogue):
     s[CL].reorder(ko, ki, ci, cjo, cjv)
     s[CL].unroll(ci)
     s[CL].unroll(cjo)
-    if vec > 1:
+    if vec > 1 and not rows_of_k:
         s[CL].vectorize(cjv)
+    elif vec > 1:
+        s[CL].unroll(cjv)
     if cfg["unroll_k"]:
         s[CL].unroll(ki)
     return s, [*params, C]

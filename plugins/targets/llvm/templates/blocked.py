@@ -10,7 +10,8 @@ made only for padded convolutions and tiles past the edge).
   channels) packs it into input-channel blocks of its own size (a knob).
 - depthwise_conv2d `blocked`: tiles of output pixels, one vector of b channels
   each; every tap a vector load (strided convolutions too).
-- max_pool2d `blocked`: one vector of b channels per output pixel.
+
+The pools' blocked templates are in `pool`.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from tunekit.ops import layout as layouts
 from tunekit.ops import out_size, pair
 from tunekit.ops.epilogue import Epilogue
 from tunekit.ops.layout import block_of
-from tunekit.ops.pool import compute as pool_compute
 
 from ._common import REDUCE_ORDERS, cdiv, covered, padded_blocks, padded_splits, registers, vectorize
 
@@ -173,24 +173,6 @@ def depthwise_conv2d_blocked(cfg, device, N, C, H, W, R, S, stride=1, padding=0,
     return s, [data, weight, *epi.inputs, out]
 
 
-def max_pool2d_blocked(cfg, device, N, C, H, W, R, S, stride=1, padding=0, dilation=1, dtype="float32",
-                       layout="NCHW"):
-    """max_pool2d on blocked data: one vector of b channels per output pixel, rows across cores."""
-    data, out = pool_compute(N, C, H, W, R, S, stride, padding, dilation, dtype, layout)
-    cfg.define_knob("unroll_window", [False, True])
-    s = te.create_schedule(out)
-    n, c, y, x, ci = s[out].op.axis
-    ry, rx = s[out].op.reduce_axis
-    s[out].reorder(n, c, y, x, ry, rx, ci)
-    s[out].parallel(s[out].fuse(n, c, y))
-    if cfg["unroll_window"]:
-        s[out].unroll(ry)
-        s[out].unroll(rx)
-    _vector_lanes(s, out, ci, device.lanes(dtype))
-    return s, [data, out]
-
-
 TEMPLATES = [Template("conv2d", "blocked", ("cpu",), conv2d_blocked, priority=20, epilogue=True, blocked=True),
              Template("depthwise_conv2d", "blocked", ("cpu",), depthwise_conv2d_blocked, priority=20, epilogue=True,
-                      blocked=True),
-             Template("max_pool2d", "blocked", ("cpu",), max_pool2d_blocked, priority=20, blocked=True)]
+                      blocked=True)]

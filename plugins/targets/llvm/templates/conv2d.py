@@ -3,7 +3,8 @@ layouts); any repacking happens inside the timed kernel.
 
 - `direct` (the default): vectors over output pixels of a flat padded copy of the
   data (`FlatPad`), the weights read in place and broadcast: no weight packing,
-  which costs as much as the convolution itself on deep layers (C9-C12).
+  which costs as much as the convolution itself on deep layers (C9-C12). It
+  schedules group_conv2d too (each output channel reads its group's channels).
 - `nchwc`: the spatial pack of AutoTVM's x86 schedule: weights packed into
   [OC/ocb, C/icb, R, S, icb, ocb] and data into [N, C/icb, Hp, Wp, icb]; vectors
   over ocb output channels, output pixels broadcast. Its space is the large one
@@ -34,15 +35,17 @@ from ._common import (
 
 
 def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
-                  **epilogue):
-    """conv2d vectorized over output pixels, with the weights read in place (OIHW, no packing).
+                  groups=1, **epilogue):
+    """conv2d (and group_conv2d) vectorized over output pixels, with the weights read in place (OIHW, no packing).
 
     The data is padded into rows of pitch Q (a whole padded row per stride phase), so
     that output pixel p = oh * Q + ow reads data[p + const] for every (c, r, s): a
     contiguous vector over p. Each task owns `ocr` output channels (weights broadcast)
     and sweeps tiles of `pv` pixels, accumulating ocr x pv in registers; the pixels with
-    ow >= OW of each row are computed on padding and dropped by the unpack."""
+    ow >= OW of each row are computed on padding and dropped by the unpack. With groups,
+    output channel o reads the C / groups input channels of its group o // (K_out / groups)."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    Cg, Kg = C // groups, K_out // groups
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
     lanes = device.lanes(dtype)
     P = (OH - 1) * cdiv(W + 2 * pw, sw) + OW     # pixels (at the flat layout's pitch) up to the last one kept
@@ -51,7 +54,7 @@ def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dil
     cfg.define_split("tile_oc", K_out, num_outputs=2, policy="candidates", candidates=oc_c)
     cfg.define_split("tile_p", P, num_outputs=2, policy="candidates", candidates=p_c)
     # input channel blocks outside the pixel tiles keep a block's rows in cache (accumulating in memory)
-    cfg.define_split("tile_rc", C, num_outputs=2, filter=lambda v: v[1] >= min(C, 32))
+    cfg.define_split("tile_rc", Cg, num_outputs=2, filter=lambda v: v[1] >= min(Cg, 32))
 
     constrain_tiles(cfg, device, lanes, "tile_oc", "tile_p", "tile_oc", {"tile_oc": oc_c, "tile_p": p_c},
                     N, N * K_out * OH * OW)
@@ -59,14 +62,15 @@ def conv2d_direct(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dil
     oco, ocr = cfg["tile_oc"]
     pt, pv = cfg["tile_p"]
     data = te.placeholder((N, C, H, W), "data", dtype)
-    weight = te.placeholder((K_out, C, R, S), "weight", dtype)
+    weight = te.placeholder((K_out, Cg, R, S), "weight", dtype)
     fp = FlatPad(data, (R, S), stride, padding, dilation, pt * pv)
 
-    rc, ry, rx = te.reduce_axis(C, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
+    rc, ry, rx = te.reduce_axis(Cg, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
 
     def conv(n, o, t, v):
-        return te.sum(fp.read(n, rc, ry, rx, t * pv + v) * weight[ir.min_(o, K_out - 1) if oco * ocr > K_out else o,
-                                                                 rc, ry, rx], axis=[rc, ry, rx])
+        o = ir.min_(o, K_out - 1) if oco * ocr > K_out else o
+        c = rc if groups == 1 else o // Kg * Cg + rc
+        return te.sum(fp.read(n, c, ry, rx, t * pv + v) * weight[o, rc, ry, rx], axis=[rc, ry, rx])
     epi = Epilogue(K_out, (N, K_out, OH, OW), dtype, **epilogue)   # fused into the unpack
     if fp.Q == OW and pt * pv == P:   # the tiles are the output's own pixels: a contiguous unpack
         Co = te.compute((N, oco * ocr, P), lambda n, o, p: conv(n, o, 0, p), name="conv_tile")
@@ -190,4 +194,5 @@ def conv2d_nchwc(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dila
 
 
 TEMPLATES = [Template("conv2d", "direct", ("cpu",), conv2d_direct, priority=20, epilogue=True),
+             Template("group_conv2d", "direct", ("cpu",), conv2d_direct, priority=20, epilogue=True),
              Template("conv2d", "nchwc", ("cpu",), conv2d_nchwc, priority=10, epilogue=True)]
