@@ -197,3 +197,15 @@ def test_the_network_estimate_takes_each_tasks_fastest_template_times_its_weight
     p.states = [a1, a2, b]
     p._footer()
     assert p.bar.footer == "network: 7.000 ms estimated so far"
+
+
+def test_the_untuned_default_config_is_measured_first(tmp_path, null):
+    """A few trials of a large space rarely beat the template's default: measuring it first
+    keeps a tuned task at least as fast as an untuned build (and a resumed run does not redo it)."""
+    db = str(tmp_path / "t.db")
+    st = tunekit.tune([task(256, 256, 256)], target="null", explorer="random", trials=2, database=db,
+                      tuning={"batch_size": 2})[0]
+    assert st.ts.space.size > 300 and st.ts.space.default() in {t.index for t in st.trials}
+    more = tunekit.tune([task(256, 256, 256)], target="null", explorer="random", trials=2, seed=1, database=db,
+                        tuning={"batch_size": 2})[0]
+    assert len({t.index for t in more.trials}) == 4

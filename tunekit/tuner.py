@@ -44,6 +44,7 @@ class TaskState:
     retimed: float | None = None   # the best config's cost timed again at the end of the run
     last_id: int = 0               # the newest database row seen (other processes add rows too)
     own: set = field(default_factory=set)          # row ids this process wrote
+    default: int = 0               # the template's untuned config (`ConfigSpace.default`)
 
     @property
     def tuner_share(self) -> float:
@@ -82,7 +83,8 @@ class Tuner:
         ts.fingerprint = measurer.runner.fingerprint() or ts.fingerprint   # devices elsewhere: theirs
         key = TaskKey(task.key, self.target.name, ts.fingerprint, ts.template.name)
         rng = random.Random(f"{self.recipe.tuning.seed}:{task.key}")
-        st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng)
+        st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng,
+                       default=ts.space.default())
         self._sync(st, db)   # resume: every trial known for this task, from any run
         return st
 
@@ -96,9 +98,14 @@ class Tuner:
         st.done = db.count(st.key, self.run_id)
 
     def _propose(self, st: TaskState, n: int) -> list[int]:
+        # the template's untuned default is measured first, so that a task's best is never worse than
+        # what an untuned build runs (a few trials of a large space often find nothing better)
+        first = [] if st.default in st.ts.measured else [st.default]
         eps = self.recipe.tuning.epsilon
-        n_rand = sum(st.rng.random() < eps for _ in range(n))
-        picks = self.guard.proposals(st.explorer, st.ts, st.explorer.propose(n - n_rand), n - n_rand)
+        n_rand = sum(st.rng.random() < eps for _ in range(n - len(first)))
+        want = n - len(first) - n_rand
+        picks = first + [i for i in self.guard.proposals(st.explorer, st.ts, st.explorer.propose(want), want)
+                         if i != st.default]
         # epsilon-greedy is the core's, for every explorer: random valid unmeasured picks
         seen = st.ts.measured | set(picks)
         extra = [i for i in st.ts.space.sample(st.rng, 2 * (n - len(picks)) + 4) if i not in seen]
