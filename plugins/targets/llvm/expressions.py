@@ -1,0 +1,226 @@
+"""Loop IR expressions -> LLVM values: the half of `Codegen` that emits expressions
+(memory access, constants, arithmetic with floor division, casts, calls, lazy selects),
+as a mixin over the builder state `Codegen` holds (`b`, `vars`, `bufs`, `lane`,
+`reassoc`). Index math is int64; float arithmetic carries the `contract` flag."""
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from tunekit import ir
+from tunekit.errors import BuildError
+
+from . import vectorize
+from .support import (
+    FAST,
+    I1,
+    I8,
+    I32,
+    I64,
+    elem_bytes,
+    float_bits,
+    is_float,
+    is_unsigned,
+    mem_type,
+    value_type,
+)
+
+_ICMP = {"<", "<=", ">", ">=", "==", "!="}
+
+
+class ExpressionEmitter:
+    """Emit expressions into `self.b` (see the module's doc); `Codegen` provides the state."""
+
+    # -- memory -------------------------------------------------------------------
+    def index(self, e: ir.Expr) -> ll.Value:
+        v = self.expr(e)
+        t = v.type.element if isinstance(v.type, ll.VectorType) else v.type
+        return self.b.sext(v, self.retype(v.type, I64)) if t != I64 else v
+
+    def element_ptr(self, buf: ir.Buffer, idx: ll.Value) -> ll.Value:
+        if buf not in self.bufs:
+            raise BuildError(f"{self.program.name}: buffer {buf.name} is used outside its allocation "
+                             "(not a parameter and not allocated around this use)")
+        return self.b.gep(self.bufs[buf], [idx], inbounds=True, source_etype=mem_type(buf.dtype))
+
+    def to_mem(self, v: ll.Value, dtype: str) -> ll.Value:
+        return self.b.zext(v, self.retype(v.type, I8)) if dtype == "bool" else v
+
+    def from_mem(self, v: ll.Value, dtype: str) -> ll.Value:
+        return self.b.trunc(v, self.retype(v.type, I1)) if dtype == "bool" else v
+
+    @staticmethod
+    def retype(t: ll.Type, elem: ll.Type) -> ll.Type:
+        """`elem`, or a vector of `elem` as wide as `t`."""
+        return ll.VectorType(elem, t.count) if isinstance(t, ll.VectorType) else elem
+
+    # -- expressions --------------------------------------------------------------
+    def expr(self, e: ir.Expr) -> ll.Value:
+        if isinstance(e, ir.Const):
+            return self.const(e.value, e.dtype)
+        if isinstance(e, ir.Var):
+            if self.lane is not None and e is self.lane.var:
+                return self.lane.ramp()
+            if e not in self.vars:
+                raise BuildError(f"{self.program.name}: variable {e.name} is used outside its loop")
+            return self.vars[e]
+        if isinstance(e, ir.Load):
+            if self.lane is not None:
+                return vectorize.load(self, e)
+            v = self.b.load(self.element_ptr(e.buffer, self.index(e.index)), typ=mem_type(e.dtype),
+                            align=elem_bytes(e.dtype))
+            return self.from_mem(v, e.dtype)
+        if isinstance(e, ir.BinOp):
+            return self.binop(e)
+        if isinstance(e, ir.Not):
+            return self.not_(self.expr(e.a))
+        if isinstance(e, ir.Select):
+            return self.select(e)
+        if isinstance(e, ir.Cast):
+            return self.cast(self.expr(e.a), e.a.dtype, e.dtype)
+        if isinstance(e, ir.Call):
+            return self.call(e)
+        raise BuildError(f"{self.program.name}: llvm codegen cannot handle expression {type(e).__name__} ({e!r})")
+
+    def const(self, value, dtype: str) -> ll.Value:
+        t = value_type(dtype)
+        return t(float(value) if is_float(dtype) else int(value))
+
+    def typed(self, e: ir.Expr, dtype: str) -> ll.Value:
+        """`e` as a value of `dtype` (operands of mixed int widths take the result's)."""
+        return self.cast(self.expr(e), e.dtype, dtype)
+
+    def match(self, *vals: ll.Value) -> list[ll.Value]:
+        """Broadcast scalar operands to the vector width of the others."""
+        n = max((v.type.count for v in vals if isinstance(v.type, ll.VectorType)), default=0)
+        return [self.splat(v, n) if n and not isinstance(v.type, ll.VectorType) else v for v in vals]
+
+    def not_(self, v: ll.Value) -> ll.Value:
+        n = v.type.count if isinstance(v.type, ll.VectorType) else None
+        ones = ll.Constant(v.type, [1] * n) if n else I1(1)
+        return self.b.xor(v, ones)
+
+    def splat(self, v: ll.Value, n: int) -> ll.Value:
+        vt = ll.VectorType(v.type, n)
+        if isinstance(v, ll.Constant):
+            return ll.Constant(vt, [v.constant] * n)
+        one = self.b.insert_element(ll.Constant(vt, ll.Undefined), v, I32(0))
+        return self.b.shuffle_vector(one, ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(I32, n), [0] * n))
+
+    def binop(self, e: ir.BinOp) -> ll.Value:
+        b, op, dt = self.b, e.op, e.a.dtype
+        if op == "+" and is_float(e.dtype):   # x + a*b -> fmuladd (fused where the target has FMA)
+            for acc, prod in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(prod, ir.BinOp) and prod.op == "*":
+                    x, y, z = self.match(*(self.typed(v, e.dtype) for v in (prod.a, prod.b, acc)))
+                    fn = self.intrinsic("llvm.fmuladd", [x.type], x.type, [x.type] * 3)
+                    return b.call(fn, [x, y, z], fastmath=FAST + (("reassoc",) if e is self.reassoc else ()))
+        x, y = self.match(self.typed(e.a, dt), self.typed(e.b, dt))
+        if op in ("and", "or"):
+            return b.and_(x, y) if op == "and" else b.or_(x, y)
+        if is_float(dt):
+            flags = FAST + (("reassoc",) if e is self.reassoc else ())
+            if op in _ICMP:
+                return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)
+            if op in ("min", "max"):   # Python's min/max: keep a unless b is strictly smaller/larger
+                return b.select(b.fcmp_ordered("<" if op == "min" else ">", y, x), y, x)
+            if op == "//":
+                v = b.fdiv(x, y, flags=FAST)
+                return b.call(self.intrinsic("llvm.floor", [v.type], v.type, [v.type]), [v])
+            fn = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv, "%": b.frem}.get(op)
+            if fn is None:
+                raise BuildError(f"{self.program.name}: operator {op} on {dt} is not supported")
+            return fn(x, y, flags=flags)
+        signed = not is_unsigned(dt)
+        if op in _ICMP:
+            return b.icmp_signed(op, x, y) if signed else b.icmp_unsigned(op, x, y)
+        if op in ("min", "max"):
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            return b.select(cmp("<" if op == "min" else ">", y, x), y, x)
+        wrap = ("nsw",) if dt == ir.INDEX else ()
+        if op in ("+", "-", "*"):
+            return {"+": b.add, "-": b.sub, "*": b.mul}[op](x, y, flags=wrap)
+        if op in ("//", "/", "%"):
+            return self._floor_divmod(x, y, e.b, signed, op == "%")
+        raise BuildError(f"{self.program.name}: operator {op} on {dt} is not supported")
+
+    def _floor_divmod(self, x, y, divisor: ir.Expr, signed: bool, mod: bool) -> ll.Value:
+        """Floor division / modulo; LLVM folds the adjustment away for operands it
+        proves non-negative."""
+        b = self.b
+        if not signed:
+            return b.urem(x, y) if mod else b.udiv(x, y)
+        q, r = b.sdiv(x, y), b.srem(x, y)
+        zero = ll.Constant(r.type, None)
+        if isinstance(divisor, ir.Const) and divisor.value > 0:
+            adjust = b.icmp_signed("<", r, zero)
+        else:
+            adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, y), zero))
+        if mod:
+            return b.add(r, b.select(adjust, y, zero))
+        return b.sub(q, b.zext(adjust, q.type))
+
+    def cast(self, v: ll.Value, src: str, dst: str) -> ll.Value:
+        b = self.b
+        st, dt = value_type(src), value_type(dst)
+        to = self.retype(v.type, dt)
+        if st == dt:
+            return v
+        if dst == "bool":
+            zero = ll.Constant(v.type, None)
+            return b.fcmp_unordered("!=", v, zero) if is_float(src) else b.icmp_unsigned("!=", v, zero)
+        if is_float(src) and is_float(dst):
+            return b.fpext(v, to) if float_bits(st) < float_bits(dt) else b.fptrunc(v, to)
+        if is_float(src):
+            return b.fptoui(v, to) if is_unsigned(dst) else b.fptosi(v, to)
+        if is_float(dst):
+            return b.uitofp(v, to) if is_unsigned(src) or src == "bool" else b.sitofp(v, to)
+        if st.width > dt.width:
+            return b.trunc(v, to)
+        return b.zext(v, to) if is_unsigned(src) or src == "bool" else b.sext(v, to)
+
+    def call(self, e: ir.Call) -> ll.Value:
+        args = self.match(*(self.typed(a, e.dtype) for a in e.args))
+        t = args[0].type
+        name = {"fabs": "llvm.fabs", "fma": "llvm.fma"}.get(e.fn, f"llvm.{e.fn}")
+        return self.b.call(self.intrinsic(name, [t], t, [t] * len(args)), args, fastmath=FAST)
+
+    def select(self, e: ir.Select) -> ll.Value:
+        """Speculate both sides only when that is safe: a side that loads (padding
+        reads out of bounds there) or divides by a variable is branched around."""
+        if not (self.unsafe(e.t) or self.unsafe(e.f)):
+            c, t, f = self.match(self.expr(e.cond), self.typed(e.t, e.dtype), self.typed(e.f, e.dtype))
+            return self.b.select(c, t, f)
+        if self.lane is not None and self.lane.depends(e.cond):
+            return vectorize.masked_select(self, e)
+        b = self.b
+        want = self.lane.n if self.lane is not None and self.lane.depends(e) else 0
+
+        def side(x):
+            v = self.typed(x, e.dtype)
+            if want and not isinstance(v.type, ll.VectorType):   # broadcast inside the branch
+                v = self.splat(v, want)
+            return v, b.block
+        cond = self.expr(e.cond)
+        with b.if_else(cond) as (then, orelse):
+            with then:
+                tv, tb = side(e.t)
+            with orelse:
+                fv, fb = side(e.f)
+        phi = b.phi(tv.type)
+        phi.add_incoming(tv, tb)
+        phi.add_incoming(fv, fb)
+        return phi
+
+    def unsafe(self, e: ir.Expr) -> bool:
+        """Whether evaluating `e` can fault: it loads, or divides ints by a non-constant."""
+        key = id(e)
+        if key not in self._unsafe or self._unsafe[key][0] is not e:
+            if isinstance(e, ir.Load) or (isinstance(e, ir.BinOp) and e.op in ("//", "%", "/")
+                                          and not is_float(e.dtype)
+                                          and not (isinstance(e.b, ir.Const) and e.b.value != 0)):
+                r = True
+            else:
+                r = any(self.unsafe(c) for c in ir.children(e))
+            self._unsafe[key] = (e, r)   # keeps e alive so its id is not reused
+        return self._unsafe[key][1]
+
