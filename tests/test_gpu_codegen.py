@@ -19,7 +19,7 @@ from tunekit_plugins.targets.gpu_templates import (
     matmul_register,
     matmul_shared,
     on_chip_shared,
-    pool_threads,
+    pool_template,
     templates,
 )
 
@@ -49,13 +49,6 @@ def config(fn, values: dict | None = None, device=GPU, seed: int = 0, **args):
     cfg = space.from_json(values) if values else space.get(space.sample(random.Random(seed), 1)[0])
     s, tensors = fn(cfg, device, **args)
     return te.lower(s, tensors, name="kern"), tensors
-
-
-def _pool(compute):
-    def fn(cfg, device, **args):
-        return pool_threads(compute(**args), cfg, device)
-    fn.__name__ = compute.__name__
-    return fn
 
 
 MM = dict(M=32, N=32, K=16)
@@ -217,9 +210,9 @@ def test_templates_pick_shared_memory_by_device():
     (dense_shared, dict(MM, **FUSED), dense_ref),
     (dense_register, dict(MM, **FUSED), dense_ref),
     (conv2d_register, dict(N=1, C=4, H=7, W=7, K_out=6, R=3, S=3, padding=1, groups=2, **FUSED), conv_ref),
-    (_pool(pool.compute), dict(N=1, C=3, H=7, W=8, R=3, S=3, stride=2, padding=1), pool.reference),
-    (_pool(pool.avg_compute), dict(N=1, C=3, H=7, W=8, R=3, S=2, stride=2, padding=1), pool.avg_reference),
-    (_pool(pool.global_compute), dict(N=2, C=3, H=5, W=6), pool.global_reference),
+    (pool_template(pool.compute), dict(N=1, C=3, H=7, W=8, R=3, S=3, stride=2, padding=1), pool.reference),
+    (pool_template(pool.avg_compute), dict(N=1, C=3, H=7, W=8, R=3, S=2, stride=2, padding=1), pool.avg_reference),
+    (pool_template(pool.global_compute), dict(N=2, C=3, H=5, W=6), pool.global_reference),
 ], ids=["matmul_shared", "matmul_register", "conv2d_shared", "conv2d_register", "depthwise", "conv2d_shared-fused",
         "conv2d_register-fused", "depthwise-fused", "matmul_shared-fused", "matmul_register-fused",
         "dense_shared-fused", "dense_register-fused", "group_conv2d-fused", "max_pool", "avg_pool", "global_avg_pool"])

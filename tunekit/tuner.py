@@ -105,7 +105,7 @@ class Tuner:
         n_rand = sum(st.rng.random() < eps for _ in range(n - len(first)))
         want = n - len(first) - n_rand
         picks = first + [i for i in self.guard.proposals(st.explorer, st.ts, st.explorer.propose(want), want)
-                         if i != st.default]
+                         if i not in first]
         # epsilon-greedy is the core's, for every explorer: random valid unmeasured picks
         seen = st.ts.measured | set(picks)
         extra = [i for i in st.ts.space.sample(st.rng, 2 * (n - len(picks)) + 4) if i not in seen]

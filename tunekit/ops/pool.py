@@ -106,6 +106,12 @@ def global_compute(N, C, H, W, dtype="float32", layout="NCHW"):
     return avg_compute(N, C, H, W, H, W, dtype=dtype, layout=layout)
 
 
+def window_stage(out: te.Tensor) -> te.Tensor:
+    """The stage of a pooling's output `out` that reduces over the window (for templates):
+    `out` itself for max_pool2d, the sum it scales for the averages."""
+    return out if out.op.reduce_axis else out.op.inputs[0]
+
+
 def _pool_reference(data, R, S, stride, padding, dilation, layout, fill, reduce):
     (ph, pw), b = pair(padding), block_of(layout)
     x = np.pad(layouts.to_nchw(data, b).astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)),

@@ -16,7 +16,7 @@ Bifrost have no on-chip local memory, so their templates vectorize float4 column
 instead). Device limits are constraints of each space, checked per config without
 enumeration: threads per block and per axis, shared bytes, register tile size.
 The pools (max_pool2d, avg_pool2d, global_avg_pool2d) have one template, "gpu"
-(`pool_threads`: a thread per output element).
+(`pool_template`: `pool_threads`, a thread per output element).
 
 `templates(targets)` returns Template objects serving the given target names;
 a third-party GPU target can register them for its own name the same way.
@@ -29,7 +29,7 @@ from tunekit.ops import pool as pools
 from .common import on_chip_shared
 from .conv import conv2d_register, conv2d_shared, depthwise_register
 from .matmul import dense_register, dense_shared, matmul_register, matmul_shared
-from .pool import pool_threads
+from .pool import pool_template, pool_threads
 
 __all__ = [
     "conv2d_register",
@@ -40,6 +40,7 @@ __all__ = [
     "matmul_register",
     "matmul_shared",
     "on_chip_shared",
+    "pool_template",
     "pool_threads",
     "templates",
 ]
@@ -67,13 +68,5 @@ def templates(targets: tuple[str, ...]) -> list[Template]:
         out.append(Template(op, "register", targets, register, priority=5, epilogue=True))
     for op, compute in (("max_pool2d", pools.compute), ("avg_pool2d", pools.avg_compute),
                         ("global_avg_pool2d", pools.global_compute)):
-        out.append(Template(op, "gpu", targets, _pool(compute), priority=10))
+        out.append(Template(op, "gpu", targets, pool_template(compute), priority=10))
     return out
-
-
-def _pool(compute):
-    def fn(cfg, device, **args):
-        return pool_threads(compute(**args), cfg, device)
-    fn.__name__ = f"{compute.__name__}_gpu"
-    fn.__doc__ = "pool_threads on the op's compute."
-    return fn

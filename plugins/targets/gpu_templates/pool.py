@@ -6,6 +6,7 @@ neighbouring pixels, which the flat order gives."""
 from __future__ import annotations
 
 from tunekit import te
+from tunekit.ops.pool import window_stage
 
 from .common import block_limits
 
@@ -16,7 +17,7 @@ def pool_threads(tensors, cfg, device):
     """Schedule a pooling's `tensors` (data, out) for a GPU (see the module's doc)."""
     *params, out = tensors
     s = te.create_schedule(out)
-    total = out if out.op.reduce_axis else out.op.inputs[0]   # an average scales the sum it reads
+    total = window_stage(out)
     most, dims, _ = block_limits(device)
     ry, rx = s[total].op.reduce_axis
     cfg.define_knob("threads", [t for t in (32, 64, 128, 256) if t <= min(most, dims[0])] or [min(most, dims[0])])
@@ -31,3 +32,13 @@ def pool_threads(tensors, cfg, device):
         s[total].unroll(ry)
         s[total].unroll(rx)
     return s, [*params, out]
+
+
+def pool_template(compute):
+    """The template function `fn(cfg, device, **args)` scheduling a pooling op whose
+    compute is `compute` (`tunekit.ops.pool`) with `pool_threads`."""
+    def fn(cfg, device, **args):
+        return pool_threads(compute(**args), cfg, device)
+    fn.__name__ = f"{compute.__name__}_gpu"
+    fn.__doc__ = f"pool_threads on {compute.__name__}."
+    return fn

@@ -21,7 +21,6 @@ def dense_rows(cfg, device, M, N, K, dtype="float32", **epilogue):
     cfg.define_knob("vec", [u * lanes for u in (1, 2, 4) if K % (u * lanes) == 0] or [1])
     cfg.define_split("tile_n", N, num_outputs=2, filter=lambda v: v[1] <= 8)
     cfg.constrain(lambda c: c["tile_n"][1] * max(1, c["vec"] // lanes) <= registers(device) - 2)
-    cfg.prefer(vec=lanes if K % lanes == 0 else 1)
     v, nt = cfg["vec"], cfg["tile_n"][1]
 
     data = te.placeholder((M, K), "data", dtype)

@@ -6,7 +6,7 @@ sum is computed per output pixel, scaled as it is written."""
 from __future__ import annotations
 
 from tunekit import Template, te
-from tunekit.ops.pool import avg_compute, compute, global_compute
+from tunekit.ops.pool import avg_compute, compute, global_compute, window_stage
 
 from ._common import vectorize
 
@@ -15,7 +15,7 @@ MAX_UNROLL = 64
 
 def _schedule(cfg, device, tensors, blocked: bool):
     *_, out = tensors
-    total = out if out.op.reduce_axis else out.op.inputs[0]   # an average scales the sum it reads
+    total = window_stage(out)
     s = te.create_schedule(out)
     ry, rx = s[total].op.reduce_axis
     cfg.define_knob("unroll_window", [False, True] if ry.extent * rx.extent <= MAX_UNROLL else [False])
