@@ -70,9 +70,9 @@ def main() -> None:
     os.makedirs(os.path.dirname(a.db), exist_ok=True)
     print(machine_report())
     from tunekit import registry
-    from tunekit.progress import TuneProgress
-    from tunekit.recipe import Recipe
-    from tunekit.tuner import Tuner
+    from tunekit.recipe.model import Recipe
+    from tunekit.tuning.progress import TuneProgress
+    from tunekit.tuning.tuner import Tuner
     layers = [f"resnet18.{c}" for c in a.layers.split(",") if c]
     recipe = Recipe.from_dict({
         "target": "x86", "tasks": ["matmul-1024", *layers], "model": a.model, "explorer": a.explorer,

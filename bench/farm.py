@@ -68,7 +68,7 @@ def main() -> None:
     from tunekit_plugins.runners.dask import DaskRunner
 
     import tunekit
-    from tunekit.local_runner import LocalRunner
+    from tunekit.measure.local import LocalRunner
     from tunekit.runners import TimingPolicy
     n, rounds = (8, 2) if a.quick else (16, 3)
     target, task, artifacts = built(n)
@@ -80,7 +80,7 @@ def main() -> None:
     address = f"tcp://127.0.0.1:{port}"
     procs = [subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    worker = [sys.executable, "-c", "import sys; from tunekit.cli import main; sys.exit(main())", "worker",
+    worker = [sys.executable, "-c", "import sys; from tunekit.cli.main import main; sys.exit(main())", "worker",
               "--scheduler", address, "--device", "core"]
     got: dict = {}
     try:

@@ -37,7 +37,7 @@ def tunekit_side(name: str, db: str) -> list[float]:
 
     import tunekit
     from tunekit import registry
-    from tunekit.dispatch import best_config
+    from tunekit.deploy.kernels import best_config
     spec = task_spec(name)
     task = tunekit.Task(spec.get("op"), spec.get("args"), workload=spec.get("workload"))
     target = registry().component("target", "cuda")()
@@ -134,9 +134,9 @@ def main() -> None:
     print(machine_report())
 
     from tunekit import registry
-    from tunekit.progress import TuneProgress
-    from tunekit.recipe import Recipe
-    from tunekit.tuner import Tuner
+    from tunekit.recipe.model import Recipe
+    from tunekit.tuning.progress import TuneProgress
+    from tunekit.tuning.tuner import Tuner
     why = registry().component("target", "cuda").available()
     if why:
         sys.exit(f"bench/gpu.py needs a CUDA GPU: {why}")

@@ -55,9 +55,9 @@ def main() -> None:
     trials = 32 if a.quick else a.trials
     print(machine_report())
 
-    from tunekit.progress import TuneProgress
-    from tunekit.recipe import Recipe
-    from tunekit.tuner import Tuner
+    from tunekit.recipe.model import Recipe
+    from tunekit.tuning.progress import TuneProgress
+    from tunekit.tuning.tuner import Tuner
     recipe = Recipe.from_dict({
         "target": {"name": "x86"},
         "tasks": [{"op": "matmul", "args": {"M": N, "N": N, "K": N}}],

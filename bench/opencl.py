@@ -126,7 +126,7 @@ def tunekit_side(n, db, device):
 
     import tunekit
     from tunekit import registry
-    from tunekit.dispatch import best_config
+    from tunekit.deploy.kernels import best_config
     cls = registry().component("target", "opencl")
     target = cls(cls.Options(device=device))
     with tunekit.apply_history_best(db) as d:
@@ -173,9 +173,9 @@ def main() -> None:
     marks = (20, 50) if a.quick else (100, 300)
     print(machine_report())
 
-    from tunekit.progress import TuneProgress
-    from tunekit.recipe import Recipe
-    from tunekit.tuner import Tuner
+    from tunekit.recipe.model import Recipe
+    from tunekit.tuning.progress import TuneProgress
+    from tunekit.tuning.tuner import Tuner
     model, explorer = pick("cost model", a.model, "random"), pick("explorer", a.explorer, "random")
     recipe = Recipe.from_dict({
         "target": {"name": "opencl", "device": a.device},

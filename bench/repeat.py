@@ -24,10 +24,10 @@ def main() -> None:
     ap.add_argument("--db", default=os.path.join(HERE, "results", "cpu.db"))
     a = ap.parse_args()
     print(machine_report())
-    from tunekit.database import Database
-    from tunekit.dispatch import best_config
-    from tunekit.measure import Measurer
-    from tunekit.recipe import Recipe
+    from tunekit.deploy.kernels import best_config
+    from tunekit.measure.measurer import Measurer
+    from tunekit.recipe.model import Recipe
+    from tunekit.store.database import Database
     recipe = Recipe.from_dict({"target": "x86", "tasks": ["matmul-1024"],
                                "measure": {"flush_cache": a.flush, "cutoff": None}}, source="bench/repeat.py")
     db = Database(a.db, readonly=True)

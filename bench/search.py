@@ -47,7 +47,7 @@ def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfe
         times: dict | None = None, template: str | None = None) -> list[float]:
     """Tune one layer in database `db` (one database per search, so that no search
     learns from another's trials); return the best-so-far GFLOPS after each trial."""
-    from tunekit.tuner import tune
+    from tunekit.recipe.run import tune
     os.makedirs(os.path.dirname(db), exist_ok=True)
     t0 = time.monotonic()
     task = {"workload": workload, "template": template} if template else workload
@@ -77,7 +77,7 @@ def trials_to_reach(curve: list[float], target: float) -> int | None:
 
 
 def plot(curves: dict, path: str, title: str) -> None:
-    from tunekit.report import plot_curves
+    from tunekit.cli.report import plot_curves
     med = {}
     for label, runs in curves.items():
         n = min(len(c) for c in runs)

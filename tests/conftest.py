@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import tunekit._plugins
+import tunekit.plugin.manager
 
 pytest_plugins = ["tunekit.testing.fixtures"]
 
@@ -42,7 +42,7 @@ def thirdparty_dirs(tmp_path_factory) -> dict[str, Path]:
 def _activate(folder: Path):
     sys.path.insert(0, str(folder))
     importlib.invalidate_caches()
-    tunekit._plugins.reload()
+    tunekit.reload_plugins()
     try:
         yield folder
     finally:
@@ -50,7 +50,7 @@ def _activate(folder: Path):
         for mod in [m for m in sys.modules if m.startswith(("tunekit_fake_plugin", "tunekit_dup_plugin"))]:
             del sys.modules[mod]
         importlib.invalidate_caches()
-        tunekit._plugins.reload()
+        tunekit.reload_plugins()
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +68,9 @@ def dup_plugin(thirdparty_dirs):
 @pytest.fixture
 def fresh_plugins():
     """Rediscover plugins before and after the test (for tests changing the environment)."""
-    tunekit._plugins.reload()
+    tunekit.reload_plugins()
     yield
-    tunekit._plugins.reload()
+    tunekit.reload_plugins()
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def fake(monkeypatch):
     """Only the built-in op library plus the fake components of tests/fakes.py, for one test."""
     from fakes import FAKE
     monkeypatch.setenv("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
-    tunekit._plugins.reload()
+    tunekit.reload_plugins()
     tunekit.register_plugin(FAKE, "fake")
     yield FAKE
-    tunekit._plugins.reload()  # the env var is restored after this, so the next use autoloads again
+    tunekit.reload_plugins()  # the env var is restored after this, so the next use autoloads again

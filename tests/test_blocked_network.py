@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tunekit
+from tunekit.deploy.network import node_shapes
 from tunekit.graph.layout import block_activations
 
 pytest.importorskip("onnx")
@@ -35,7 +36,7 @@ def layouts(graph) -> list[str]:
 
 
 def test_layers_pass_blocked_tensors_and_match_onnxruntime(tmp_path, x86):
-    b = tunekit.network.layout_block(x86)
+    b = tunekit.deploy.network.layout_block(x86)
     assert b == x86.device().lanes("float32")
     path = pool_and_head(tmp_path / "m.onnx", 2 * b)   # conv, max pool, average pool, global pool, gemm
     net = compiled(path, x86)
@@ -53,7 +54,7 @@ def test_layers_pass_blocked_tensors_and_match_onnxruntime(tmp_path, x86):
 def test_feature_map_outputs_and_odd_channel_counts_stay_nchw(tmp_path, x86):
     path = conv_bn_relu(tmp_path / "a.onnx")        # its output is the conv's feature map
     assert layouts(compiled(path, x86).graph) == ["NCHW"]
-    b = tunekit.network.layout_block(x86)
+    b = tunekit.deploy.network.layout_block(x86)
     odd = b + b // 2                                 # not a whole number of blocks
     nodes = [conv("x", "c1", "w1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              conv("r1", "c2", "w2", pads=0), helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
@@ -69,12 +70,12 @@ def test_feature_map_outputs_and_odd_channel_counts_stay_nchw(tmp_path, x86):
 
 def test_a_residual_read_in_nchw_keeps_its_conv_nchw(tmp_path):
     from test_onnx import residual_block
-    graph = tunekit.network.load_graph(residual_block(tmp_path / "m.onnx"))
+    graph = tunekit.deploy.network.load_graph(residual_block(tmp_path / "m.onnx"))
     # the second conv adds the NCHW input x and is the output: neither conv can pass a blocked tensor
-    assert layouts(block_activations(graph, 4)) == ["NCHW", "NCHW"]
+    assert layouts(block_activations(graph, 4, node_shapes(graph))) == ["NCHW", "NCHW"]
     assert layouts(graph) == ["NCHW", "NCHW"]       # the pass returns a new graph
 
 
 def test_targets_without_blocked_templates_keep_nchw(tmp_path):
     from fakes import FakeGpu
-    assert tunekit.network.layout_block(FakeGpu()) == 0
+    assert tunekit.deploy.network.layout_block(FakeGpu()) == 0

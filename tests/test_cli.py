@@ -11,10 +11,13 @@ from fakes import _template
 from rich.console import Console
 
 import tunekit
-from tunekit import _plugins, cli, registry
-from tunekit.database import Database
+from tunekit import registry
+from tunekit.cli import commands
+from tunekit.cli import main as cli
 from tunekit.errors import TunekitError
-from tunekit.progress import TuneProgress, summary_table
+from tunekit.plugin import manager as _plugins
+from tunekit.store.database import Database
+from tunekit.tuning.progress import TuneProgress, summary_table
 
 ROOT = Path(__file__).parent.parent
 RECIPES = Path(__file__).parent / "recipes"
@@ -29,7 +32,7 @@ def run(capsys, *argv):
 def narrow(monkeypatch) -> io.StringIO:
     """Make the commands print to an 80-column console; returns what it writes to."""
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "_console", lambda stream=None: Console(file=buf, width=80, highlight=False))
+    monkeypatch.setattr(commands, "_console", lambda stream=None: Console(file=buf, width=80, highlight=False))
     return buf
 
 
@@ -196,7 +199,7 @@ def test_progress_line_fits_80_columns(null_target_plugin, tmp_path):
 def test_errors_show_without_traceback_unless_debug(monkeypatch, capsys):
     def boom(args):
         raise TunekitError("the widget failed on 'x'\ninstall the widget plugin")
-    monkeypatch.setitem(cli.COMMANDS, "boom", cli.Command("boom", boom, "fail"))
+    monkeypatch.setitem(commands.COMMANDS, "boom", commands.Command("boom", boom, "fail"))
     code, _out, err = run(capsys, "boom")
     assert code == 1 and err == "error: the widget failed on 'x'\n  install the widget plugin\n"
     code, _out, err = run(capsys, "--debug", "boom")
@@ -205,9 +208,9 @@ def test_errors_show_without_traceback_unless_debug(monkeypatch, capsys):
 
 
 def test_command_decorator_adds_subcommands(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
+    monkeypatch.setattr(commands, "COMMANDS", dict(commands.COMMANDS))
 
-    @cli.command("hello", cli.arg("who"), cli.arg("--times", type=int, default=1), help="greet")
+    @commands.command("hello", commands.arg("who"), commands.arg("--times", type=int, default=1), help="greet")
     def hello(args):
         print(" ".join([f"hi {args.who}"] * args.times))
         return 3

@@ -10,11 +10,12 @@ import pytest
 from pydantic import Field
 
 import tunekit
-from tunekit import cli, registry
-from tunekit._plugins import plugins
-from tunekit.database import Database
+from tunekit import registry
+from tunekit.cli import main as cli
 from tunekit.errors import PluginError, RecipeError, TemplateError
-from tunekit.guard import TunekitWarning
+from tunekit.plugin.manager import plugins
+from tunekit.store.database import Database
+from tunekit.tuning.guard import TunekitWarning
 
 pytestmark = pytest.mark.usefixtures("null_target_plugin")
 TASK = {"op": "matmul", "args": {"M": 16, "N": 16, "K": 16}, "template": "null-matmul"}

@@ -13,7 +13,7 @@ from tunekit_plugins.targets.cuda import compile as cc
 from tunekit_plugins.targets.cuda import target as cuda_target
 from tunekit_plugins.targets.cuda.target import CudaTarget
 
-from tunekit import Task, ir, te
+from tunekit import Task, ir, registry, te
 from tunekit.errors import BuildError
 from tunekit.testing.contract import TargetContract
 
@@ -52,7 +52,7 @@ def test_every_template_compiles_for_sm90(case):
     """Random configs of every cuda template, as one translation unit per op (one nvcc call)."""
     target = CudaTarget(SM90)
     op = case.split("-")[0]
-    templates = [t.name for t in __import__("tunekit._registry")._registry.registry().templates
+    templates = [t.name for t in registry().templates
                  if t.op == op and "cuda" in t.targets]
     assert templates, f"no cuda template for {op}"
     units, names = [], []

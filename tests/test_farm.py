@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.skipif(shutil.which("dask") is None, reason="the `dask
 TASK = {"op": "matmul", "args": {"M": 48, "N": 48, "K": 48}, "template": "tiled"}
 TARGET = {"name": "x86", "num_threads": 1}
 FAST = {"repeat": 1, "number": 1, "min_repeat_ms": 1}
-WORKER = [sys.executable, "-c", "import sys; from tunekit.cli import main; sys.exit(main())", "worker"]
+WORKER = [sys.executable, "-c", "import sys; from tunekit.cli.main import main; sys.exit(main())", "worker"]
 
 
 def query(db: str, sql: str) -> list[tuple]:

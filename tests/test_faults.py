@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import tunekit
-from tunekit import cli
-from tunekit.database import Database, open_log
-from tunekit.db_tools import import_log, recover
+from tunekit.cli import main as cli
 from tunekit.errors import StorageError
+from tunekit.store.database import Database, open_log
+from tunekit.store.tools import import_log, recover
 from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
 
 HERE = Path(__file__).parent
@@ -117,7 +117,7 @@ def test_ctrl_c_in_a_terminal_is_one_quiet_line(tmp_path):
 def test_the_build_pool_replaces_dead_workers_and_finds_the_config_that_kills_them(tmp_path):
     import faulty_templates
 
-    from tunekit.build_pool import BuildPool
+    from tunekit.measure.build_pool import BuildPool
     tunekit.register_plugin(faulty_templates, "faulty-templates")
     try:
         target = tunekit.registry().component("target", "x86")()
@@ -280,7 +280,7 @@ def test_two_tuners_on_one_database_never_measure_a_config_twice(tmp_path):
 def test_a_noisy_machine_is_said_in_the_summary(tmp_path):
     from rich.console import Console
 
-    from tunekit.progress import summary_table
+    from tunekit.tuning.progress import summary_table
     st = tune_null(tmp_path / "t.db", target={"name": "null", "noise": 0.5})
     assert st.suspect > 0 and st.retimed is not None
     out = Console(width=80, record=True, file=open(os.devnull, "w"))

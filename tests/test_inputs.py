@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tunekit
-from tunekit import cli
+from tunekit.cli import main as cli
 from tunekit.errors import ArgumentError, RecipeError
 from tunekit.testing import NullTarget
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 import tunekit
-from tunekit import _plugins
-from tunekit.database import Database
+from tunekit.plugin import manager as _plugins
+from tunekit.store.database import Database
 
 pytest.importorskip("llvmlite")
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
@@ -124,9 +124,9 @@ path = "{db}"
 
 
 def test_slow_first_run_is_timed_once_under_a_cutoff():
+    from tunekit.measure.timing import execute
     from tunekit.runners import TimingPolicy
     from tunekit.targets import RunSettings
-    from tunekit.timing import execute
 
     class Slow:
         """Runs take 20 ms by the target's own clock."""
@@ -149,9 +149,9 @@ def test_slow_first_run_is_timed_once_under_a_cutoff():
 
 
 def test_noisy_timings_are_redone_and_the_tightest_kept():
+    from tunekit.measure.timing import execute, spread
     from tunekit.runners import TimingPolicy
     from tunekit.targets import RunSettings
-    from tunekit.timing import execute, spread
 
     class Noisy:
         produces_output = True
@@ -174,7 +174,7 @@ def test_noisy_timings_are_redone_and_the_tightest_kept():
 def test_kernels_are_timed_on_aligned_buffers_at_fixed_offsets():
     """numpy aligns large arrays to 16 bytes; the runner times kernels on arrays
     in one arena, each on a cache line, at the same page offsets in every process."""
-    from tunekit import timing
+    from tunekit.measure import timing
     from tunekit.memory import ALIGN
     from tunekit.runners import TimingPolicy
     from tunekit.targets import RunSettings
@@ -232,8 +232,8 @@ def test_build_workers_extract_program_features_in_parallel():
     import numpy as np
 
     from tunekit import features
-    from tunekit.build_pool import BuildPool
-    from tunekit.recipe import Recipe
+    from tunekit.measure.build_pool import BuildPool
+    from tunekit.recipe.model import Recipe
     recipe = Recipe.from_dict({"target": "x86", "tasks": [{"op": "matmul", "args": SMALL}],
                                "measure": {"build_workers": 2}}, source="test")
     ts = recipe.task_objects()[0].bind(recipe.target.create())

@@ -89,7 +89,7 @@ def test_small_networks_match_onnxruntime(tmp_path, make):
 
 def test_fusion_and_task_extraction(tmp_path):
     path = residual_block(tmp_path / "m.onnx")
-    graph = tunekit.network.load_graph(path)
+    graph = tunekit.deploy.network.load_graph(path)
     assert [(n.op, n.args["bias"], n.args["residual"], n.args["activation"]) for n in graph.nodes] == [
         ("conv2d", True, False, "relu"), ("conv2d", True, True, "relu")]     # BN folded, Add and Relu fused
     tasks = tunekit.extract_tasks(path)
@@ -126,7 +126,7 @@ def test_a_recipe_tunes_a_models_tasks_weighted_and_tunekit_run_runs_it(tmp_path
     import sys
     from pathlib import Path
 
-    from tunekit import cli
+    from tunekit.cli import main as cli
     examples = Path(__file__).parent.parent / "examples"
     subprocess.run([sys.executable, str(examples / "small_net.py"), str(tmp_path / "small_net.onnx")], check=True,
                    capture_output=True)
@@ -160,7 +160,7 @@ def pool_and_head(path, c: int = 8):
 
 def test_pooling_flatten_and_gemm_match_onnxruntime(tmp_path):
     path = pool_and_head(tmp_path / "m.onnx")
-    graph = tunekit.network.load_graph(path)
+    graph = tunekit.deploy.network.load_graph(path)
     assert [n.op for n in graph.nodes] == ["conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d", "dense"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -188,7 +188,7 @@ def grouped_and_padded(path):
 
 def test_grouped_conv_padded_average_pools_and_gemm_match_onnxruntime(tmp_path):
     path = grouped_and_padded(tmp_path / "m.onnx")
-    graph = tunekit.network.load_graph(path)
+    graph = tunekit.deploy.network.load_graph(path)
     assert [(n.op, n.args.get("groups"), n.args.get("count_include_pad")) for n in graph.nodes] == [
         ("group_conv2d", 4, None), ("avg_pool2d", None, False), ("avg_pool2d", None, True), ("dense", None, None)]
     assert graph.nodes[-1].args["activation"] == "relu" and graph.nodes[-1].args["bias"]

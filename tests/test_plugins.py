@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import tunekit
-from tunekit import _plugins, registry
+from tunekit import registry
 from tunekit.errors import PluginError, RecipeError
+from tunekit.plugin import manager as _plugins
 from tunekit.testing import simulated_trials
 from tunekit.testing.contract import CostModelContract, ExplorerContract
 

@@ -10,9 +10,9 @@ from fakes import FakeGpu, FakeModel, FakeTarget  # noqa: F401
 import tunekit
 from tunekit import registry
 from tunekit.errors import RecipeError
-from tunekit.recipe import Recipe, load_recipe
-from tunekit.recipe_components import ComponentSpec
-from tunekit.recipe_schema import json_schema
+from tunekit.recipe.components import ComponentSpec
+from tunekit.recipe.model import Recipe, load_recipe
+from tunekit.recipe.schema import json_schema
 
 RECIPES = Path(__file__).parent / "recipes"
 
@@ -81,7 +81,7 @@ def test_components_as_options_instances_and_specs(fake):
 
 
 def test_table_without_name_uses_the_default_component(fake, monkeypatch):
-    monkeypatch.setitem(tunekit.recipe_components.DEFAULTS, "model", "fake-model")
+    monkeypatch.setitem(tunekit.recipe.components.DEFAULTS, "model", "fake-model")
     assert Recipe.from_dict({**BASE, "model": {"trees": 7}}).model.options.trees == 7
 
 

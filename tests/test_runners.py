@@ -8,10 +8,10 @@ import pytest
 from pydantic import Field
 
 import tunekit
-from tunekit.database import Database
 from tunekit.errors import PluginError, TunekitError
+from tunekit.measure.timing import execute
 from tunekit.records import DEVICE_LOST, RUN_ERROR, Outcome
-from tunekit.timing import execute
+from tunekit.store.database import Database
 
 pytestmark = pytest.mark.usefixtures("null_target_plugin")
 TASK = {"op": "matmul", "args": {"M": 16, "N": 16, "K": 16}, "template": "null-matmul"}
@@ -87,7 +87,7 @@ def test_local_is_the_default_runner(tmp_path):
 
 
 def test_the_local_runner_reports_a_device_lost_with_the_kernel_that_crashed(monkeypatch):
-    from tunekit.local_runner import LocalRunner
+    from tunekit.measure.local import LocalRunner
     from tunekit.records import RUN_ERROR
     from tunekit.testing import NullTarget
 

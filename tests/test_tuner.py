@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import tunekit
-from tunekit.database import Database
+from tunekit.store.database import Database
 from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
 
 
@@ -81,20 +81,20 @@ def test_transfer_trains_the_global_model_on_other_workloads(tmp_path, null):
 
 
 def test_report_plots_a_curve_per_search(tmp_path, null):
-    from tunekit.cli import main
+    from tunekit.cli.main import main
     db = str(tmp_path / "t.db")
     for seed in (0, 1):
         tunekit.tune([task(16)], target="null", trials=8, seed=seed, database=db)
     png = tmp_path / "r.png"
     assert main(["report", db, "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from tunekit.report import report
+    from tunekit.cli.report import report
     rows = report(db, None)
     assert len(rows) == 2 and all("random+random run" in r[0] and r[1] == "8" for r in rows)
 
 
 def test_cli_tune_best_show(tmp_path, null, capsys):
-    from tunekit.cli import main
+    from tunekit.cli.main import main
     db = tmp_path / "t.db"
     recipe = tmp_path / "r.toml"
     recipe.write_text(f"""
@@ -141,7 +141,7 @@ def test_program_features_go_through_the_measurers_extractor(tmp_path, null, mon
     """While tuning, a model on program features gets them from the measurer's
     extractor (the build workers, for targets they can rebuild), in batches."""
     pytest.importorskip("xgboost")
-    from tunekit.build_pool import BuildPool
+    from tunekit.measure.build_pool import BuildPool
     batches = []
     real = BuildPool.extract
 
@@ -183,7 +183,7 @@ def test_a_task_naming_no_template_is_tuned_on_each_and_built_from_the_fastest(t
 def test_the_network_estimate_takes_each_tasks_fastest_template_times_its_weight():
     from types import SimpleNamespace as NS
 
-    from tunekit.progress import TuneProgress, labels, network_estimate
+    from tunekit.tuning.progress import TuneProgress, labels, network_estimate
 
     def state(key, template, weight, cost):
         return NS(key=NS(workload=key), best=NS(cost=cost) if cost else None,

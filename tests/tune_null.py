@@ -3,7 +3,7 @@ a separate process): python tests/tune_null.py DB TRIALS."""
 import sys
 
 import tunekit
-from tunekit import cli
+from tunekit.cli import main as cli
 from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
 
 if __name__ == "__main__":

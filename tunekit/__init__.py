@@ -1,33 +1,36 @@
 """tunekit: learning to optimize tensor programs.
 
 The public API is what this module exports (`__all__`) and these modules: the
-contracts `tunekit.targets`, `tunekit.models`, `tunekit.explorers`,
-`tunekit.runners`, `tunekit.frontends` and `tunekit._hookspecs` (the hooks' reference); the loop IR
-`tunekit.ir`; tensor expressions `tunekit.te`; networks `tunekit.graph`; op definitions `tunekit.ops`;
-`tunekit.features`, `tunekit.records`, `tunekit.errors`, `tunekit.timing`
-(checking and timing one artifact, for runners) and the test kit
-`tunekit.testing`. Other modules whose names start with "_" are internal.
+contracts `tunekit.targets`, `tunekit.models`, `tunekit.explorers`, `tunekit.runners`,
+`tunekit.frontends` and `tunekit.hookspecs` (the hooks' reference); `tunekit.task`,
+`tunekit.space`, `tunekit.features`; the loop IR `tunekit.ir`; tensor expressions
+`tunekit.te`; networks `tunekit.graph`; op definitions `tunekit.ops`; `tunekit.records`,
+`tunekit.errors`, `tunekit.measure.timing` (checking and timing one artifact, for
+runners), `tunekit.cli.commands` (subcommands for plugins) and the test kit
+`tunekit.testing`. The packages are layers (see the README's "How it works");
+this module is the facade above them all.
 """
-from ._hookspecs import hookimpl
-from ._plugins import register as register_plugin
-from ._plugins import reload as reload_plugins
-from ._plugins import unregister as unregister_plugin
-from ._registry import registry
-from ._version import __version__
-from .component import Options
-from .dispatch import apply_history_best, build
-from .explorers import Explorer
-from .frontends import Frontend
-from .memory import empty
-from .models import Candidate, CostModel, feature_matrix
-from .network import CompiledModel, compile_model, extract_tasks
-from .ops import Op, OpArgs, Size, Template
-from .recipe import Recipe, load_recipe
-from .records import Outcome, Trial
-from .runners import Runner, TimingPolicy
-from .targets import Artifact, DeviceInfo, RunSettings, Target
-from .task import Task, TaskSpace, TaskSpec
-from .tuner import tune
+from tunekit._version import __version__
+from tunekit.component import Options
+from tunekit.deploy.kernels import apply_history_best, build
+from tunekit.deploy.network import CompiledModel, compile_model, extract_tasks
+from tunekit.explorers import Explorer
+from tunekit.frontends import Frontend
+from tunekit.hookspecs import hookimpl
+from tunekit.memory import empty
+from tunekit.models import Candidate, CostModel, feature_matrix
+from tunekit.ops import Op, OpArgs, Size, Template
+from tunekit.plugin.manager import register as register_plugin
+from tunekit.plugin.manager import reload as reload_plugins
+from tunekit.plugin.manager import unregister as unregister_plugin
+from tunekit.plugin.registry import registry
+from tunekit.plugin.registry import task as Task
+from tunekit.recipe.model import Recipe, load_recipe
+from tunekit.recipe.run import tune
+from tunekit.records import Outcome, Trial
+from tunekit.runners import Runner, TimingPolicy
+from tunekit.targets import Artifact, DeviceInfo, RunSettings, Target
+from tunekit.task import TaskSpace, TaskSpec
 
 __all__ = [
     "Artifact", "Candidate", "CompiledModel", "CostModel", "DeviceInfo", "Explorer", "Frontend", "Op", "OpArgs",

@@ -1,6 +1,6 @@
 """`python -m tunekit` runs the command line."""
 import sys
 
-from .cli import main
+from tunekit.cli.main import main
 
 sys.exit(main())

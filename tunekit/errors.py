@@ -31,7 +31,7 @@ class UnknownComponent(TunekitError):
 
 
 class TemplateError(TunekitError):
-    """A schedule template failed to define its config space."""
+    """No schedule template serves a task, or one failed to define its config space."""
 
 
 class ArgumentError(TunekitError):

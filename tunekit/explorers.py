@@ -4,12 +4,12 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from .component import Component
+from tunekit.component import Component
 
 if TYPE_CHECKING:
-    from .models import CostModel
-    from .records import Trial
-    from .task import TaskSpace
+    from tunekit.models import CostModel
+    from tunekit.records import Trial
+    from tunekit.task import TaskSpace
 
 
 class Explorer(Component):
@@ -25,7 +25,7 @@ class Explorer(Component):
     What the core enforces: each proposal must be an int in
     `range(space.space.size)`, valid (`space.space.valid`), never measured and
     not repeated, and at most `n` of them; the others are dropped (with one
-    `tunekit.guard.TunekitWarning` naming the plugin per run) and the core fills
+    `tunekit.tuning.guard.TunekitWarning` naming the plugin per run) and the core fills
     the batch with random valid picks, as it does for epsilon-greedy. An
     exception from any method stops the tuning run (every trial measured so far
     is kept). The model an explorer receives checks its own predictions: a

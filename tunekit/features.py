@@ -39,8 +39,8 @@ import weakref
 
 import numpy as np
 
-from . import ir
-from .errors import TunekitError
+from tunekit import ir
+from tunekit.errors import TunekitError
 
 __all__ = ["FLATTEN_BUFFER_COLUMNS", "FLATTEN_LOOP_COLUMNS", "KINDS", "PROGRAM_KINDS", "RELATION_BUFFERS", "LoopNest",
            "extract", "feature_names", "flatten_features", "knob_features", "program_features", "relation_features"]

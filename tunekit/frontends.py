@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .component import Component
-from .graph import Graph
+from tunekit.component import Component
+from tunekit.graph import Graph
 
 
 class Frontend(Component):

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .component import Component
+from tunekit.component import Component
 
 if TYPE_CHECKING:
-    from .records import Trial
-    from .space import ConfigEntity
+    from tunekit.records import Trial
+    from tunekit.space import ConfigEntity
 
 
 class Candidate:

@@ -16,14 +16,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .component import Component
-from .errors import TunekitError
-from .targets import RunSettings
+from tunekit.component import Component
+from tunekit.targets import RunSettings
 
 if TYPE_CHECKING:
-    from .records import Outcome
-    from .targets import Artifact, Target
-    from .task import Task
+    from tunekit.records import Outcome
+    from tunekit.targets import Artifact, Target
+    from tunekit.task import Task
 
 
 @dataclass(frozen=True)
@@ -100,20 +99,3 @@ class Runner(Component):
 
     def close(self) -> None:
         """Release processes, connections and devices; pending futures may be cancelled."""
-
-    @classmethod
-    def serve(cls, scheduler: str, device: str, target: Target, nthreads: int = 1,
-              security: dict | None = None) -> None:
-        """Serve as one of this runner's device workers until stopped (`tunekit worker`).
-
-        Args:
-            scheduler: the address of the runner's scheduler ("tcp://HOST:8786").
-            device: the name the worker's device is advertised under.
-            target: the target the worker measures (its options as the device needs them,
-                e.g. arm-cpu with emulate = true).
-            nthreads: threads of the worker process (one trial at a time runs on the device).
-            security: TLS settings, as the runner's options take them.
-        Raises:
-            tunekit.errors.TunekitError: this runner has no workers, or the scheduler is unreachable.
-        """
-        raise TunekitError(f"runner {cls.name!r} times on this machine: it has no workers to start")

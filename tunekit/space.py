@@ -13,8 +13,9 @@ import itertools
 import json
 import math
 import random
+from collections.abc import Sequence
 
-from .errors import SpaceError
+from tunekit.errors import SpaceError
 
 
 def _factorizations(n: int, parts: int) -> list[tuple]:
@@ -90,6 +91,10 @@ class Knob:
 
 class _Define:
     """The knob-defining API shared by ConfigSpace (records) and ConfigEntity (reads)."""
+    _knobs: dict[str, Knob]
+
+    def _add(self, knob: Knob) -> None:
+        raise NotImplementedError
 
     def define_split(self, name: str, axis, num_outputs: int = 2, policy: str = "factors",
                      max_factor: int = 1 << 30, candidates: list | None = None, filter=None):
@@ -122,14 +127,14 @@ class _Define:
             vals = [v for v in vals if filter(SplitValue(v))]
         self._add(Knob(name, "split", [SplitValue(v) for v in vals], {"extent": extent}))
 
-    def define_reorder(self, name: str, axes: list, candidates: list[list[int]] | None = None):
+    def define_reorder(self, name: str, axes: list, candidates: list[tuple[int, ...]] | None = None):
         """Reorder loops; candidates are permutations of range(len(axes)) (default: all)."""
         if name in self._knobs:
             return
         perms = candidates or list(itertools.permutations(range(len(axes))))
         self._add(Knob(name, "reorder", [ReorderValue(p) for p in perms]))
 
-    def define_annotate(self, name: str, axes: list, options: list[str] = ("none", "unroll", "vec")):
+    def define_annotate(self, name: str, axes: list, options: Sequence[str] = ("none", "unroll", "vec")):
         """Annotate each loop with one of `options`."""
         if name in self._knobs:
             return

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .component import Component
-from .ir import Program
-from .ops.op import DTYPES
+from tunekit.component import Component
+from tunekit.ir import Program
+from tunekit.ops.op import DTYPES
 
 
 @dataclass

@@ -1,41 +1,50 @@
 """A tuning task: one op with concrete arguments, on one target, through one template."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from . import te
-from ._registry import registry
-from .errors import ArgumentError, TemplateError, TunekitError
-from .features import PROGRAM_KINDS, extract
-from .models import Candidate
-from .ops.epilogue import has_epilogue
-from .space import ConfigEntity, ConfigSpace
+from tunekit import te
+from tunekit.errors import ArgumentError, TemplateError, TunekitError
+from tunekit.features import PROGRAM_KINDS, extract
+from tunekit.models import Candidate
+from tunekit.ops.epilogue import anchor_args, has_epilogue
+from tunekit.ops.op import Op, Template
+from tunekit.space import ConfigEntity, ConfigSpace
 
 _PARALLEL_MIN = 16   # fewer configs to lower than this: extract them here, not in workers
 
 
 class Task:
-    """An op and its arguments (`Task("matmul", dict(M=..., N=..., K=...))`), or a
-    named workload (`Task(workload="resnet18.C6")`); `template` picks one by name;
-    `weight` is how many times a network runs it (the scheduler weighs its time by it)."""
+    """An op object and its arguments, with the templates that may schedule it.
 
-    def __init__(self, op: str | None = None, args: dict | None = None, *, workload: str | None = None,
-                 template: str | None = None, weight: int = 1):
-        reg = registry()
-        if workload is not None:
-            op, wargs = reg.workload(workload)
-            args = {**wargs, **(args or {})}
-        if op is None:
-            raise TunekitError("a task needs an op (with args) or a workload name")
+    Names are resolved at the edge: `tunekit.Task("matmul", dict(M=..., N=..., K=...))`
+    or `tunekit.Task(workload="resnet18.C6")` look the op and its templates up in the
+    installed plugins (`tunekit.plugin.registry`) and return one of these; made here
+    from an `Op` directly, a task loads no plugin.
+
+    Args:
+        op: the operator.
+        args: its arguments (validated and made canonical here).
+        template: the name of the template to use; None: any that serves the target.
+        weight: how many times a network runs it (the scheduler weighs its time by it).
+        workload: the named workload it came from, if any (its display name).
+        templates: the templates known for `op` (`bind` and `variants` choose among them).
+    """
+
+    def __init__(self, op: Op, args: dict | None = None, *, template: str | None = None, weight: int = 1,
+                 workload: str | None = None, templates: Sequence[Template] = ()):
+        if not isinstance(op, Op):
+            raise TunekitError(f"Task takes a tunekit.Op, got {op!r}; tunekit.Task(name, args) looks an op up by name")
         self.workload = workload
-        self.op = reg.op(op)
-        self.args = self.op.canonical(args or {})
+        self.op = op
+        self.args = op.canonical(args or {})
         self.template_name = template
-        self.key = self.op.key(self.args)
+        self.templates = tuple(t for t in templates if t.op == op.name)
+        self.key = op.key(self.args)
         self.weight = weight
 
     @property
@@ -49,29 +58,53 @@ class Task:
     def __repr__(self) -> str:
         return f"Task({self.name})"
 
+    def _with(self, args: dict, **kw) -> Task:
+        return Task(self.op, args, **{"template": self.template_name, "templates": self.templates, **kw})
+
     def anchor(self) -> Task:
         """This task without its fused epilogue (the same config space: its records serve this task)."""
-        from .ops.epilogue import anchor_args
-        return Task(self.op.name, anchor_args(self.args), template=self.template_name)
+        return self._with(anchor_args(self.args))
+
+    def serving(self, target) -> list[Template]:
+        """The templates that schedule this task on `target` (a Target or its class), its epilogue included."""
+        return [t for t in self.templates if t.serves(target, self.args)]
+
+    def template_on(self, target) -> Template:
+        """The template this task runs on `target`: the one it names, else the highest priority.
+
+        Raises:
+            TemplateError: none serves it, or none of that name does (naming those that do).
+        """
+        cands = self.serving(target)
+        if self.template_name is not None:
+            named = [t for t in cands if t.name == self.template_name]
+            if not named:
+                raise TemplateError(f"no template {self.template_name!r} for op {self.op.name!r} on target "
+                                    f"{target.name!r} (available: {', '.join(t.name for t in cands) or 'none'})")
+            return named[0]
+        if not cands:
+            fused = " that computes a fused epilogue (bias, residual, activation)" * has_epilogue(self.args)
+            raise TemplateError(f"no schedule template{fused} for op {self.op.name!r} on target {target.name!r}; "
+                                "install a plugin that provides one")
+        return max(cands, key=lambda t: t.priority)
 
     def variants(self, target) -> list[Task]:
         """This task once per template that serves it on `target` when it names none
         (each is tuned, and the fastest config of any is the task's), else itself."""
         if self.template_name is not None:
             return [self]
-        names = [t.name for t in serving_templates(self.op.name, target, self.args)]
+        names = [t.name for t in self.serving(target)]
         if len(names) < 2:
             return [self]
-        return [Task(self.op.name, self.args, template=n, weight=self.weight, workload=self.workload)
-                for n in names]
+        return [self._with(self.args, template=n, weight=self.weight, workload=self.workload) for n in names]
 
     def spec(self) -> TaskSpec:
-        """Plain, picklable data to rebuild this task in another process (`spec.task()`)."""
+        """Plain, picklable data to rebuild this task in another process (`tunekit.plugin.registry`)."""
         return TaskSpec(self.op.name, tuple(sorted(self.args.items())), self.template_name)
 
     def bind(self, target, pool=None) -> TaskSpace:
         """This task on `target`: its template, space and programs; `pool` (a
-        `tunekit.build_pool.BuildPool`) lowers configs for program features."""
+        `tunekit.measure.build_pool.BuildPool`) lowers configs for program features."""
         return TaskSpace(self, target, pool)
 
 
@@ -81,31 +114,6 @@ class TaskSpec:
     op: str
     args: tuple
     template: str | None
-
-    def task(self) -> Task:
-        return Task(self.op, dict(self.args), template=self.template)
-
-
-def serving_templates(op: str, target, args: dict | None = None) -> list:
-    """The templates that schedule `op` on `target` (with `args`: that compute their epilogue)."""
-    return [t for t in registry().templates if t.op == op and t.serves(target, args)]
-
-
-def pick_template(op: str, target, name: str | None = None, args: dict | None = None):
-    """The template for `op` (with `args`: one that computes their epilogue) on `target`:
-    the one named, else the highest priority."""
-    cands = serving_templates(op, target, args)
-    if name is not None:
-        named = [t for t in cands if t.name == name]
-        if not named:
-            raise TunekitError(f"no template {name!r} for op {op!r} on target {target.name!r} "
-                               f"(available: {', '.join(t.name for t in cands) or 'none'})")
-        return named[0]
-    if not cands:
-        fused = " that computes a fused epilogue (bias, residual, activation)" if args and has_epilogue(args) else ""
-        raise TunekitError(f"no schedule template{fused} for op {op!r} on target {target.name!r}; "
-                           "install a plugin that provides one")
-    return max(cands, key=lambda t: t.priority)
 
 
 class TaskSpace:
@@ -117,7 +125,7 @@ class TaskSpace:
         if why := target.check_task(task):
             raise ArgumentError(why)
         self.task, self.target = task, target
-        self.template = pick_template(task.op.name, target, task.template_name, task.args)
+        self.template = task.template_on(target)
         self.device = target.device()
         #: what records of this task space are keyed by: the device's (a runner's devices' when elsewhere)
         self.fingerprint = self.device.fingerprint()
@@ -135,8 +143,7 @@ class TaskSpace:
         except TunekitError:
             raise
         except Exception as e:   # a template's bug, named, instead of a traceback from inside it
-            entry = next((e for e in registry().template_entries if e.obj is self.template), None)
-            where = f" (plugin {entry.plugin!r}{f', {entry.version}' if entry.version else ''})" if entry else ""
+            where = f" ({self.template.origin})" if self.template.origin else ""
             raise TemplateError(f"template {self.template.name!r}{where} for op {self.task.op.name!r} on target "
                                 f"{self.target.name!r} failed to define the config space of {self.task.name}: "
                                 f"{type(e).__name__}: {e}") from e

@@ -8,16 +8,11 @@ pixels is the same bytes in both layouts, so it passes between the two freely
 """
 from __future__ import annotations
 
-from ..ops import layout as layouts
-from . import Graph, Node
+from tunekit.graph import Graph, Node
+from tunekit.ops import layout as layouts
 
-#: the ops with a blocked form (data first; a convolution's weight second, its residual last)
-_BLOCKABLE = {"conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d"}
-
-
-def _out_shape(node: Node) -> tuple:
-    from .._registry import registry
-    return registry().op(node.op).output_shapes(node.args)[0][0]
+#: the ops this pass can block (data first; a convolution's weight second, its residual last)
+LAYOUT_OPS = frozenset({"conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d"})
 
 
 def _channels_fit(node: Node, b: int) -> bool:
@@ -25,17 +20,27 @@ def _channels_fit(node: Node, b: int) -> bool:
     return all(c % b == 0 for c in ([a["K_out"]] if node.op == "conv2d" else [a["C"]]))
 
 
-def block_activations(graph: Graph, b: int) -> Graph:
+def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=LAYOUT_OPS) -> Graph:
     """Return `graph` with activations in channel blocks of `b` wherever that needs no
-    transpose between layers (see the module's doc); `graph` itself is not changed."""
-    shapes = {node.output: _out_shape(node) for node in graph.nodes}
+    transpose between layers (see the module's doc); `graph` itself is not changed.
+
+    Args:
+        graph: the network, in NCHW.
+        b: the channel block (the target's vector lanes).
+        node_shapes: each node's output shape in NCHW, by output name.
+        ops: the ops the target has blocked templates for (of `LAYOUT_OPS`; others stay NCHW).
+    Returns:
+        the new Graph, checked.
+    """
+    shapes = dict(node_shapes)
     shapes.update({name: shape for name, (shape, _) in graph.inputs.items()})
     pixel = {t for t, s in shapes.items() if len(s) == 4 and s[2] == s[3] == 1}   # 1x1: either layout
     readers: dict[str, list[tuple[Node, int]]] = {}
     for node in graph.nodes:
         for k, name in enumerate(node.inputs):
             readers.setdefault(name, []).append((node, k))
-    blocked = {node.output: node.op in _BLOCKABLE and _channels_fit(node, b) for node in graph.nodes}
+    blocked = {node.output: node.op in LAYOUT_OPS and node.op in ops and _channels_fit(node, b)
+               for node in graph.nodes}
 
     def ok(node: Node) -> bool:
         if node.op != "conv2d" and not _reads_blocked(node.inputs[0]):

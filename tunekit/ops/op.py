@@ -5,13 +5,13 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ArgumentError
+from tunekit.errors import ArgumentError
 
 #: element types an op may be declared with (a target may support fewer: `Target.dtypes`)
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -50,8 +50,8 @@ class Op:
             ArgumentError: naming each bad field and what it must be, or a size
                 whose buffers or flop count cannot be counted in 64 bits.
         """
-        from .epilogue import strip_defaults
-        from .layout import strip_default_layout
+        from tunekit.ops.epilogue import strip_defaults
+        from tunekit.ops.layout import strip_default_layout
         try:
             # a plain op keeps its key: no epilogue, default layout
             canon = strip_default_layout(strip_defaults(self.Args(**args).model_dump()))
@@ -122,11 +122,13 @@ class Template:
     epilogue: bool = False
     #: whether `fn` schedules the blocked layouts ("NCHW{b}c": `tunekit.ops.layout`) instead of plain NCHW
     blocked: bool = False
+    #: who contributed it, e.g. "plugin 'acme', acme-tunekit 1.2": set by the registry, for messages
+    origin: str = field(default="", compare=False, repr=False)
 
     def serves(self, target, args: dict | None = None) -> bool:
         """Whether this template can schedule the op on `target` (with `args`: also its epilogue)."""
-        from .epilogue import has_epilogue
-        from .layout import block_of
+        from tunekit.ops.epilogue import has_epilogue
+        from tunekit.ops.layout import block_of
         if args is not None and (has_epilogue(args) and not self.epilogue
                                  or bool(block_of(args.get("layout"))) != self.blocked):
             return False

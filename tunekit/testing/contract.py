@@ -26,14 +26,16 @@ import numpy as np
 import pydantic
 import pytest
 
-from .. import te
-from ..component import Options
-from ..explorers import Explorer
-from ..models import CostModel
-from ..ops.matmul import compute as matmul_compute
-from ..targets import Artifact, DeviceInfo, RunSettings, Target
-from ..task import Task
-from . import NULL_MATMUL, NULL_PLUGIN_NAME, NullTarget, null_plugin, plugin_registered, simulated_trials
+from tunekit import te
+from tunekit.component import Options
+from tunekit.explorers import Explorer
+from tunekit.models import CostModel
+from tunekit.ops.matmul import compute as matmul_compute
+from tunekit.ops.matmul import matmul
+from tunekit.targets import Artifact, DeviceInfo, RunSettings, Target
+from tunekit.task import Task
+from tunekit.testing.null_target import NULL_MATMUL, NULL_PLUGIN_NAME, NullTarget, null_plugin, simulated_trials
+from tunekit.testing.registration import plugin_registered
 
 __all__ = ["CostModelContract", "ExplorerContract", "TargetContract"]
 
@@ -66,7 +68,7 @@ class _ComponentContract:
 
     @pytest.fixture(autouse=True)
     def _null_plugin(self):
-        from .._version import __version__
+        from tunekit._version import __version__
         with plugin_registered(null_plugin, NULL_PLUGIN_NAME, ("tunekit", __version__)):
             yield
 
@@ -204,7 +206,8 @@ class TargetContract(_ComponentContract):
 
 
 def _task_space(args: dict):
-    return Task("matmul", args, template=NULL_MATMUL.name).bind(NullTarget(NullTarget.Options(noise=0.05)))
+    return Task(matmul, args, template=NULL_MATMUL.name, templates=[NULL_MATMUL]).bind(
+        NullTarget(NullTarget.Options(noise=0.05)))
 
 
 class CostModelContract(_ComponentContract):

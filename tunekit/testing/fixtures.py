@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from . import NULL_PLUGIN_NAME, null_plugin, plugin_registered
+from tunekit.testing.null_target import NULL_PLUGIN_NAME, null_plugin
+from tunekit.testing.registration import plugin_registered
 
 
 @pytest.fixture
@@ -23,6 +24,6 @@ def register_tunekit_plugin() -> Iterator[Callable[..., object]]:
 def null_target_plugin() -> Iterator[object]:
     """Register `tunekit.testing.null_plugin` (NullTarget "null" and its matmul
     template) for one test; yields the plugin."""
-    from .._version import __version__
+    from tunekit._version import __version__
     with plugin_registered(null_plugin, NULL_PLUGIN_NAME, ("tunekit", __version__)) as p:
         yield p

@@ -21,15 +21,15 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from .. import ir, te
-from .._hookspecs import hookimpl
-from ..component import Options as _Options
-from ..errors import BuildError
-from ..ir import interp
-from ..ops.matmul import compute as matmul_compute
-from ..ops.op import Template
-from ..targets import Artifact, DeviceInfo, RunSettings, Target
-from ..te.bound import affine
+from tunekit import ir, te
+from tunekit.component import Options as _Options
+from tunekit.errors import BuildError
+from tunekit.hookspecs import hookimpl
+from tunekit.ir import interp
+from tunekit.ops.matmul import compute as matmul_compute
+from tunekit.ops.op import Template
+from tunekit.targets import Artifact, DeviceInfo, RunSettings, Target
+from tunekit.te.bound import affine
 
 _CLOCK_HZ = 2e9          # simulated cycles per second
 _LINE = 64               # cache line bytes
@@ -303,7 +303,7 @@ def simulated_trials(task_space, indices, failed=()) -> list:
     Returns:
         `tunekit.records.Trial`s with `.candidate` set, in the order of `indices`.
     """
-    from ..records import BUILD_ERROR, Trial
+    from tunekit.records import BUILD_ERROR, Trial
     target = task_space.target if isinstance(task_space.target, NullTarget) else NullTarget()
     settings, failed = RunSettings(repeat=3), set(failed)
     out = []

@@ -132,12 +132,6 @@ class DaskRunner(tunekit.Runner):
             self.client.close(timeout=5)
             self.client = None
 
-    @classmethod
-    def serve(cls, scheduler, device, target, nthreads=1, security=None) -> None:
-        if why := _missing():
-            raise TunekitError(why)
-        _worker.serve(scheduler, device, target, nthreads, _security(cls.Options(**(security or {})), "worker"))
-
 
 def _security(options, role: str):
     """A distributed.Security from TLS settings (None without them)."""
@@ -151,3 +145,9 @@ def _security(options, role: str):
 @tunekit.hookimpl
 def tunekit_runners():
     return [DaskRunner]
+
+
+@tunekit.hookimpl
+def tunekit_commands():
+    from .command import WORKER
+    return [WORKER]

@@ -15,7 +15,7 @@ import os
 import threading
 
 from tunekit.errors import TunekitError
-from tunekit.isolated import IsolatedProcess, device_lost
+from tunekit.measure.isolated import IsolatedProcess, device_lost
 from tunekit.records import RUN_ERROR, Outcome
 
 #: the device this process serves (set by `serve`; functions the runner sends read it)

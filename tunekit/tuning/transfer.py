@@ -6,14 +6,14 @@ import json
 import os
 import tempfile
 
-from .database import Database
-from .errors import TunekitError
+from tunekit.errors import TunekitError
+from tunekit.plugin.registry import task
+from tunekit.store.database import Database
 
 
 def transfer(db: Database, states, target, pool=None) -> None:
     """Train the global model of every task in `states` (tuner TaskStates) on the
     history of other workloads (Eq. 4); `pool` lowers their configs for features."""
-    from .task import Task
     key = states[0].key
     rows = db.history(key.target, key.device, {s.key.workload for s in states})
     spaces: dict = {}
@@ -22,7 +22,7 @@ def transfer(db: Database, states, target, pool=None) -> None:
         k = (op, json.dumps(args, sort_keys=True), template)
         if k not in spaces:
             try:
-                spaces[k] = Task(op, args, template=template).bind(target, pool)
+                spaces[k] = task(op, args, template=template).bind(target, pool)
             except TunekitError:
                 spaces[k] = None   # its op or template is no longer installed
         if spaces[k] is not None:

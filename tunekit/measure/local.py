@@ -1,20 +1,19 @@
 """The `local` runner (the default): kernels are checked and timed on this machine,
 one at a time, in an isolated process (in this process for components that exist
-only here, such as test fixtures). Registered by the core, so it is always there."""
+only here, such as test fixtures). Registered by the core (`tunekit.builtin`), so it is always there."""
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from pydantic import Field
 
-from ._hookspecs import hookimpl
-from ._workers import spawnable
-from .component import Options as _Options
-from .errors import TunekitError
-from .isolated import IsolatedProcess, device_lost
-from .records import RUN_ERROR, Outcome
-from .runners import Runner, TimingPolicy
-from .timing import execute
+from tunekit.component import Options as _Options
+from tunekit.errors import TunekitError
+from tunekit.measure.isolated import IsolatedProcess, device_lost
+from tunekit.measure.spawn import spawnable
+from tunekit.measure.timing import execute
+from tunekit.records import RUN_ERROR, Outcome
+from tunekit.runners import Runner, TimingPolicy
 
 
 class LocalRunner(Runner):
@@ -51,8 +50,3 @@ class LocalRunner(Runner):
             self._queue.shutdown(wait=False, cancel_futures=True)
             self._process.close()   # a kernel still running is killed, which ends the queue's thread
             self._queue.shutdown(wait=True)
-
-
-@hookimpl
-def tunekit_runners():
-    return [LocalRunner]

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from ._registry import BASES, registry
-from .component import Component, Options
-from .recipe_errors import check_keys
+from tunekit.component import Component, Options
+from tunekit.plugin.registry import BASES, registry
+from tunekit.recipe.errors import check_keys
 
 #: recipe section -> component kind in the registry (and `[measure] runner`, a component inside a section)
 COMPONENT_SECTIONS = {"target": "target", "model": "cost model", "explorer": "explorer"}

@@ -7,8 +7,8 @@ import os
 from concurrent.futures import ProcessPoolExecutor, TimeoutError, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from ._workers import build, features, init_worker, main_not_reimported, spawnable
-from .records import BUILD_ERROR, BUILD_TIMEOUT, Outcome
+from tunekit.measure.spawn import build, features, init_worker, main_not_reimported, spawnable
+from tunekit.records import BUILD_ERROR, BUILD_TIMEOUT, Outcome
 
 _WORKER_MEMORY = 8 << 30   # address-space cap of a build worker: a runaway build fails alone
 
@@ -30,7 +30,7 @@ class BuildPool:
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            from ._plugins import plugins
+            from tunekit.plugin.manager import plugins
             with main_not_reimported():
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
                                                  initializer=init_worker,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from concurrent.futures import as_completed
 
-from ._registry import plugin_of
-from .build_pool import BuildPool
-from .errors import PluginError, TunekitError
-from .records import RUN_ERROR, Outcome, Trial
+from tunekit.errors import PluginError, TunekitError
+from tunekit.measure.build_pool import BuildPool
+from tunekit.plugin.registry import plugin_of
+from tunekit.records import RUN_ERROR, Outcome, Trial
 
 
 class Measurer:

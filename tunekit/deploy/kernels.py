@@ -6,20 +6,21 @@ import threading
 import warnings
 from contextlib import contextmanager
 
-from ._registry import registry
-from .component import Options
-from .database import Database, TaskKey
-from .errors import ArgumentError, TunekitError
-from .memory import ALIGN, misaligned
-from .ops.epilogue import has_epilogue
-from .task import Task
+from tunekit.errors import ArgumentError
+from tunekit.memory import ALIGN, misaligned
+from tunekit.ops.epilogue import has_epilogue
+from tunekit.plugin.registry import make_component
+from tunekit.plugin.registry import task as make_task
+from tunekit.store.database import Database, TaskKey
+from tunekit.task import Task
 
 _local = threading.local()
 
 
 @contextmanager
 def apply_history_best(database: str):
-    """Within this block, `tunekit.build` uses the best configs recorded in `database`."""
+    """Within this block, `tunekit.build` uses the best configs recorded in `database`
+    (for a downstream compiler's own code; inside tunekit the database is an argument)."""
     stack = _local.__dict__.setdefault("stack", [])
     db = Database(database, readonly=True)
     stack.append(db)
@@ -28,20 +29,6 @@ def apply_history_best(database: str):
     finally:
         stack.pop()
         db.close()
-
-
-def make_component(kind: str, spec):
-    """A component from a name, an Options object or an instance."""
-    reg = registry()
-    if isinstance(spec, str):
-        cls = reg.component(kind, spec)
-        return cls()
-    if isinstance(spec, Options):
-        for entry in reg.components[kind].values():
-            if type(spec) is entry.obj.Options:
-                return entry.obj(spec)
-        raise TunekitError(f"no installed {kind} takes options of type {type(spec).__name__}")
-    return spec
 
 
 class Kernel:
@@ -78,6 +65,10 @@ class Kernel:
                 raise ArgumentError(f"{self.task.name}: argument {k} ({name}) must be a C-contiguous {dtype} array "
                                     f"of shape {list(shape)}; got a {got} (np.ascontiguousarray(x, {dtype!r}) "
                                     "converts one)")
+            if k >= len(self.params) - self.task.op.num_outputs and flags is not None and not flags.writeable:
+                raise ArgumentError(f"{self.task.name}: argument {k} ({name}) is an output, but the array is "
+                                    "read-only (numpy's writeable flag is off); pass a writeable array, e.g. "
+                                    "tunekit.empty(shape) or x.copy()")
 
     def __repr__(self) -> str:
         how = "best known" if self.tuned else "default (no record)"
@@ -110,14 +101,17 @@ def best_config(db: Database, task: Task, target) -> tuple[object, int] | None:
     return ts, index
 
 
-def build(op: str, args: dict, target="x86", template: str | None = None) -> Kernel:
-    """Compile `op(**args)` for `target` with the best config in the active
-    `apply_history_best` database (of the template named, else of any that serves
-    the op), else the default template's default config (`ConfigSpace.default`)."""
+def build(op: str, args: dict, target="x86", template: str | None = None, *,
+          database: Database | None = None) -> Kernel:
+    """Compile `op(**args)` for `target` with the best config in `database` (default: the
+    active `apply_history_best` one) of the template named, else of any that serves the
+    op; with no record, the default template's default config (`ConfigSpace.default`)."""
     tgt = make_component("target", target)
-    task = Task(op, args, template=template)
-    stack = getattr(_local, "stack", [])
-    best = best_config(stack[-1], task, tgt) if stack else None
+    task = make_task(op, args, template=template)
+    if database is None:
+        stack = getattr(_local, "stack", [])
+        database = stack[-1] if stack else None
+    best = best_config(database, task, tgt) if database is not None else None
     if best is not None:
         ts, index = best
     else:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 
-from ._registry import registry
-from .recipe import Recipe
-from .recipe_components import COMPONENT_SECTIONS
+from tunekit.plugin.registry import registry
+from tunekit.recipe.components import COMPONENT_SECTIONS
+from tunekit.recipe.model import Recipe
 
 
 def json_schema() -> dict:

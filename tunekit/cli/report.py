@@ -1,8 +1,8 @@
 """`tunekit report`: best-so-far GFLOPS against trials, as a PNG and a table."""
 from __future__ import annotations
 
-from .database import Database
-from .errors import TunekitError
+from tunekit.errors import TunekitError
+from tunekit.store.database import Database
 
 
 def plot_curves(curves: dict, path: str, title: str = "best GFLOPS found vs trials") -> None:

@@ -26,14 +26,14 @@ from pydantic import (
     model_validator,
 )
 
-from ._registry import registry
-from .errors import RecipeError, TunekitError
-from .ops.epilogue import has_epilogue
-from .recipe_components import component_field
-from .recipe_errors import check_keys, error, message, path
-from .runners import TimingPolicy
-from .targets import RunSettings
-from .task import Task, serving_templates
+from tunekit.errors import RecipeError, TemplateError, TunekitError, UnknownComponent
+from tunekit.plugin.registry import registry
+from tunekit.plugin.registry import task as make_task
+from tunekit.recipe.components import component_field
+from tunekit.recipe.errors import check_keys, error, message, path
+from tunekit.runners import TimingPolicy
+from tunekit.targets import RunSettings
+from tunekit.task import Task
 
 #: fields that bound how long a run goes on, not what it is (left out of `run_hash`)
 BUDGETS = ("trials", "time_budget_s", "early_stopping")
@@ -85,16 +85,15 @@ class TaskSpec(Section):
                            None)])
         op_name, args = self.op, self.args
         if self.workload is not None:
-            if self.workload not in reg.workloads:
-                installed = ", ".join(sorted(reg.workloads)) or "none"
-                msg = f"unknown workload {self.workload!r} (installed: {installed})"
-                raise error([(("workload",), msg, self.workload)])
-            op_name, wargs = reg.workloads[self.workload].obj
+            try:
+                op_name, wargs = reg.workload(self.workload)
+            except UnknownComponent as e:
+                raise error([(("workload",), str(e), self.workload)]) from None
             args = {**wargs, **args}
-        if op_name not in reg.ops:
-            raise error([(("op",), f"unknown op {op_name!r} (installed: {', '.join(sorted(reg.ops)) or 'none'})",
-                           op_name)])
-        op = reg.ops[op_name].obj
+        try:
+            op = reg.op(op_name)
+        except UnknownComponent as e:
+            raise error([(("op",), str(e), op_name)]) from None
         try:
             canon = check_keys(op.Args.model_fields, args, op.Args.model_validate, "argument", f" for op {op_name!r}")
         except ValidationError as e:
@@ -104,7 +103,7 @@ class TaskSpec(Section):
         return self
 
     def _network(self, base: str):
-        from .network import load_graph
+        from tunekit.deploy.network import load_graph
         if self.op is not None or self.workload is not None or self.template is not None or self.args:
             raise error([((), "a model entry takes no op, workload, args or template (they come from the model)",
                            None)])
@@ -119,15 +118,15 @@ class TaskSpec(Section):
     def on_target(self, target) -> None:
         """Expand a model entry into its tasks in the layout `target` runs the network in."""
         if self.model is not None:
-            from .network import for_target, graph_tasks
-            self._model_tasks = [Task(t.op.name, t.args, weight=n) for t, n in graph_tasks(for_target(self._graph,
-                                                                                                      target))]
+            from tunekit.deploy.network import for_target, graph_tasks
+            self._model_tasks = [make_task(t.op.name, t.args, weight=n)
+                                 for t, n in graph_tasks(for_target(self._graph, target))]
 
     def tasks(self) -> list[Task]:
         """Return the `tunekit.Task`s this entry describes (a model's are weighted by their counts)."""
         if self.model is not None:
             return list(self._model_tasks)
-        return [Task(self.op, self.args, workload=self.workload, template=self.template)]
+        return [make_task(self.op, self.args, workload=self.workload, template=self.template)]
 
 
 class TuningSection(Section):
@@ -223,21 +222,17 @@ class Recipe(Section):
 
     def _task_problems(self, i: int, task: Task, target) -> list[tuple]:
         """What keeps `task` (of entry `i`) from being tuned on the target: its args, or no template."""
-        op, name = task.op.name, task.template_name
         try:
-            serving = serving_templates(op, self.target.cls, task.args)
+            task.serving(self.target.cls)
         except AttributeError as e:  # a target class without `family`
             raise error([(("target",), f"target {self.target.name!r} is broken: {e}", None)]) from None
         if why := target.check_task(task):
             return [(("tasks", i, "args", "dtype") if why.startswith("dtype") else ("tasks", i, "args"), why, None)]
-        if name is not None and name not in [t.name for t in serving]:
-            available = ", ".join(t.name for t in serving) or "none"
-            msg = f"no template {name!r} for op {op!r} on target {self.target.name!r} (available: {available})"
-            return [(("tasks", i, "template"), msg, name)]
-        if not serving:
-            fused = " that computes a fused epilogue (bias, residual, activation)" * has_epilogue(task.args)
-            return [(("tasks", i), f"no schedule template{fused} for op {op!r} on target {self.target.name!r}; "
-                     "install a plugin that provides one", None)]
+        try:
+            task.template_on(self.target.cls)
+        except TemplateError as e:
+            name = task.template_name
+            return [(("tasks", i, "template") if name is not None else ("tasks", i), str(e), name)]
         return []
 
     @property

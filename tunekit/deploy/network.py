@@ -5,18 +5,19 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 
-from ._registry import registry
-from .dispatch import Kernel, apply_history_best, build, make_component
-from .errors import ArgumentError, ModelError
-from .graph import Graph
-from .graph.layout import block_activations
-from .memory import empty
-from .task import Task
+from tunekit.deploy.kernels import Kernel, build
+from tunekit.errors import ArgumentError, ModelError
+from tunekit.graph import Graph
+from tunekit.graph.layout import block_activations
+from tunekit.memory import empty
+from tunekit.plugin.registry import make_component, registry
+from tunekit.plugin.registry import task as make_task
+from tunekit.store.database import Database
+from tunekit.task import Task
 
 
 def load_graph(path: str) -> Graph:
@@ -33,25 +34,34 @@ def load_graph(path: str) -> Graph:
     raise ModelError(f"{path}: no frontend reads {suffix or 'files without a suffix'} files (installed: {known})")
 
 
+def blocked_ops(target) -> set[str]:
+    """The ops that a template schedules in blocked layouts ("NCHW{b}c") on `target`."""
+    return {t.op for t in registry().templates if t.blocked and t.serves(target)}
+
+
 def layout_block(target) -> int:
     """The channel block a network's activations take on `target`: its float32 vector
     lanes where a template schedules blocked layouts for it, else 0 (plain NCHW)."""
-    if not any(t.blocked and t.serves(target) for t in registry().templates):
-        return 0
-    return target.device().lanes("float32")
+    return target.device().lanes("float32") if blocked_ops(target) else 0
+
+
+def node_shapes(graph: Graph) -> dict[str, tuple]:
+    """The output shape of every node of `graph`, by output name."""
+    reg = registry()
+    return {node.output: reg.op(node.op).output_shapes(node.args)[0][0] for node in graph.nodes}
 
 
 def for_target(graph: Graph, target) -> Graph:
     """`graph` in the activation layout `target` runs best (`layout_block`)."""
     b = layout_block(target)
-    return block_activations(graph, b) if b else graph
+    return block_activations(graph, b, node_shapes(graph), blocked_ops(target)) if b else graph
 
 
 def graph_tasks(graph: Graph) -> list[tuple[Task, int]]:
     """The distinct tuning tasks of `graph` with how many times it runs each, in order of first use."""
     found: dict[str, list] = {}
     for node in graph.nodes:
-        task = Task(node.op, node.args).anchor()
+        task = make_task(node.op, node.args).anchor()
         found.setdefault(task.key, [task, 0])[1] += 1
     return [(t, n) for t, n in found.values()]
 
@@ -79,12 +89,16 @@ class CompiledModel:
     def __init__(self, graph: Graph, target, database: str | None = None):
         graph = for_target(graph, target)
         self.graph, self.target = graph, target
-        keys = [Task(node.op, node.args).key for node in graph.nodes]
+        keys = [make_task(node.op, node.args).key for node in graph.nodes]
         kernels: dict[str, Kernel] = {}   # one per distinct (fused) task
-        with apply_history_best(database) if database else nullcontext():
+        db = Database(database, readonly=True) if database else None
+        try:
             for node, key in zip(graph.nodes, keys):
                 if key not in kernels:
-                    kernels[key] = build(node.op, node.args, target=target)
+                    kernels[key] = build(node.op, node.args, target=target, database=db)
+        finally:
+            if db is not None:
+                db.close()
         tasks = {k.task.anchor().name for k in kernels.values()}
         self.fallback = sorted({k.task.anchor().name for k in kernels.values() if not k.tuned})
         if self.fallback:

@@ -9,13 +9,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .database import Database, TaskKey
-from .errors import Interrupted, TunekitError
-from .guard import Guard
-from .measure import Measurer
-from .records import DEVICE_LOST, Trial
-from .timing import spread
-from .transfer import transfer
+from tunekit.errors import Interrupted, TunekitError
+from tunekit.measure.measurer import Measurer
+from tunekit.measure.timing import spread
+from tunekit.records import DEVICE_LOST, Trial
+from tunekit.store.database import Database, TaskKey
+from tunekit.tuning.budget import Budget
+from tunekit.tuning.guard import Guard
+from tunekit.tuning.transfer import transfer
 
 #: repeats of one config still this far apart after re-timing: the machine was busy while it was timed
 SUSPECT_SPREAD = 0.25
@@ -72,9 +73,15 @@ class TaskState:
 class Tuner:
     """Runs a validated Recipe to completion (or until stopped)."""
 
-    def __init__(self, recipe, progress=None):
+    def __init__(self, recipe, progress=None, budget: Budget | None = None):
+        """Args:
+            recipe: the validated Recipe.
+            progress: shows progress (a `tunekit.tuning.progress.TuneProgress`), or None.
+            budget: how long to go on; default: the recipe's [tuning] section's.
+        """
         self.recipe = recipe
         self.progress = progress
+        self.budget = budget or Budget.of(recipe.tuning)
         self.run_id = f"{recipe.run_hash()}:{recipe.tuning.seed}"
         self.target = recipe.target.create()   # whether its kernels can run is the runner's to say (start)
 
@@ -126,7 +133,7 @@ class Tuner:
         r = self.recipe
         db = Database(r.database.path, r.database.log)
         self.guard = Guard()
-        t_end = time.monotonic() + r.tuning.time_budget_s if r.tuning.time_budget_s else None
+        t_end = self.budget.deadline()
         measurer = None
         try:
             measurer = Measurer(self.target, r.measure, r.tuning.seed)
@@ -135,8 +142,7 @@ class Tuner:
             self._groups = {}
             for st in states:
                 self._groups.setdefault(st.key.workload, []).append(st)
-            # `trials` is a mean per task: the scheduler may give a task up to twice that
-            total, cap = r.tuning.trials * len(self._groups), 2 * r.tuning.trials
+            total, cap = self.budget.total(len(self._groups)), self.budget.cap
             if r.tuning.transfer:
                 transfer(db, states, self.target, measurer.pool)
             for st in states:
@@ -144,7 +150,7 @@ class Tuner:
                     st.model.fit(st.trials)
                 st.explorer.start(st.ts, self.guard.model(st.model), st.rng)
             if self.progress:
-                self.progress.start(states, r.tuning.trials)
+                self.progress.start(states, self.budget.trials)
             while sum(s.done for s in states) < total:
                 live = [s for s in states if not self._finished(s, cap, t_end)]
                 if not live:
@@ -178,8 +184,7 @@ class Tuner:
     def _warm(self, st: TaskState) -> int:
         """Trials a task (one template of it) gets before the scheduler compares gains:
         two batches, at most its share of the task's mean."""
-        tun = self.recipe.tuning
-        return min(2 * tun.batch_size, -(-tun.trials // len(self._groups[st.key.workload])))
+        return min(2 * self.recipe.tuning.batch_size, -(-self.budget.trials // len(self._groups[st.key.workload])))
 
     def _pick(self, live: list[TaskState]) -> TaskState:
         """The task whose next batch should lower the total time the most: tasks
@@ -204,11 +209,10 @@ class Tuner:
         return max(live, key=gain)
 
     def _finished(self, st: TaskState, cap: int, t_end) -> bool:
-        tun = self.recipe.tuning
         if not st.finished:
             if st.done >= cap:
                 st.finished = "budget"
-            elif tun.early_stopping and st.best is not None and st.since_best >= tun.early_stopping:
+            elif st.best is not None and self.budget.stalled(st.since_best):
                 st.finished = "early stop"
             elif t_end is not None and time.monotonic() >= t_end:
                 st.finished = "time budget"
@@ -287,31 +291,3 @@ def _sigterm_as_interrupt():
     finally:
         signal.signal(signal.SIGTERM, old)
 
-
-def tune(tasks, target="x86", model="random", explorer="random", *, trials: int | None = None,
-         seed: int | None = None, database: str | dict | None = None, progress: bool = False,
-         **sections) -> list[TaskState]:
-    """Tune `tasks` as a recipe would (library API for downstream compilers).
-
-    Args:
-        tasks: `tunekit.Task` objects, workload names, or recipe task dicts.
-        target, model, explorer: a component name, its Options, or an instance.
-        trials, seed: shortcuts for tuning.trials and tuning.seed.
-        database: the database path, or the `[database]` section as a dict (path, log).
-        progress: show progress bars on stderr.
-        sections: any other recipe section as a dict (tuning=..., measure=...).
-    Returns:
-        one TaskState per task (best trial, trials done, tuner and measuring time).
-    """
-    from .progress import TuneProgress
-    from .recipe import Recipe
-    tuning = dict(sections.pop("tuning", {}))
-    if trials is not None:
-        tuning["trials"] = trials
-    if seed is not None:
-        tuning["seed"] = seed
-    db = dict(database) if isinstance(database, dict) else {} if database is None else {"path": database}
-    db = {k: v for k, v in db.items() if v is not None}
-    recipe = Recipe.from_dict({"tasks": list(tasks), "target": target, "model": model, "explorer": explorer,
-                               "tuning": tuning, "database": db, **sections}, source="tunekit.tune()")
-    return Tuner(recipe, TuneProgress() if progress else None).run()

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .records import BUILD_ERROR, Outcome
-from .task import TaskSpec
+from tunekit.records import BUILD_ERROR, Outcome
+from tunekit.task import TaskSpec
 
 _TARGETS: dict = {}
 _SPACES: dict = {}
@@ -26,7 +26,7 @@ def make_target(spec: tuple[str, str]):
     """The Target for (name, options JSON), cached per process."""
     t = _TARGETS.get(spec)
     if t is None:
-        from ._registry import registry
+        from tunekit.plugin.registry import registry
         cls = registry().component("target", spec[0])
         t = _TARGETS[spec] = cls(cls.Options.model_validate_json(spec[1]))
     return t
@@ -36,7 +36,8 @@ def task_space(target_spec, task_spec: TaskSpec):
     key = (target_spec, task_spec)
     ts = _SPACES.get(key)
     if ts is None:
-        ts = _SPACES[key] = task_spec.task().bind(make_target(target_spec))
+        from tunekit.plugin.registry import task_of
+        ts = _SPACES[key] = task_of(task_spec).bind(make_target(target_spec))
     return ts
 
 
@@ -47,7 +48,7 @@ def init_worker(max_bytes: int | None, modules: dict[str, str], parent: int) -> 
     runaway build fails alone."""
     import importlib
 
-    from ._plugins import plugins
+    from tunekit.plugin.manager import plugins
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="tunekit-parent-watch").start()
@@ -89,8 +90,8 @@ def features(target_spec, task_spec: TaskSpec, indices: list[int], kind: str) ->
 
 def spawnable(component) -> bool:
     """Whether a spawned process can rebuild `component` from its spec (its plugin is importable there)."""
-    from ._plugins import plugins
-    from ._registry import entry_of
+    from tunekit.plugin.manager import plugins
+    from tunekit.plugin.registry import entry_of
     entry = entry_of(component)
     return entry is not None and plugins().importable(entry.plugin)
 

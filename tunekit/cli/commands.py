@@ -1,18 +1,16 @@
-"""The `tunekit` command line.
-
-Add a subcommand by writing one function taking the parsed arguments and
-returning an exit code, decorated with `@command(name, arg(...), ..., help=...)`.
+"""The `tunekit` subcommands: the `Command` a subcommand is, the `command` decorator the
+built-in ones are declared with, and the built-in ones themselves. Plugins add
+subcommands by returning `Command`s from the `tunekit_commands` hook.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import RecipeError, TemplateError, TunekitError
+from tunekit.errors import TemplateError, TunekitError
 
 
 @dataclass
@@ -24,7 +22,7 @@ class Command:
     arguments: list[tuple[tuple, dict]] = field(default_factory=list)
 
 
-#: subcommand name -> Command, in the order they were declared
+#: the built-in subcommands by name, in the order they were declared
 COMMANDS: dict[str, Command] = {}
 
 
@@ -45,51 +43,6 @@ def command(name: str, *arguments: tuple[tuple, dict], help: str):
         COMMANDS[name] = Command(name, fn, help, list(arguments))
         return fn
     return register
-
-
-def parser() -> argparse.ArgumentParser:
-    """Build the argument parser with every registered subcommand."""
-    from . import cli_worker  # noqa: F401  (registers `worker`)
-    from ._version import __version__
-    p = argparse.ArgumentParser(prog="tunekit", description="Learn to optimize tensor programs.")
-    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    p.add_argument("--version", action="version", version=f"tunekit {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for cmd in COMMANDS.values():
-        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.run.__doc__ or cmd.help)
-        for flags, kwargs in cmd.arguments:
-            sp.add_argument(*flags, **kwargs)
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line.
-
-    Args:
-        argv: the arguments after the program name (default: `sys.argv[1:]`).
-    Returns:
-        the exit code: 0 on success, 1 on an error, 2 on a usage error, 130 on Ctrl-C.
-    """
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as e:  # argparse exits on --help, --version and usage errors
-        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
-    try:
-        return COMMANDS[args.command].run(args)
-    except TunekitError as e:
-        if args.debug:
-            traceback.print_exc()
-        lines = str(e).splitlines() or [type(e).__name__]
-        if isinstance(e, RecipeError):  # one problem per line
-            print("\n".join(f"error: {line}" for line in lines), file=sys.stderr)
-        else:
-            print("\n".join([f"error: {lines[0]}", *(f"  {line}" for line in lines[1:])]), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        if args.debug:
-            traceback.print_exc()
-        print(str(e) or "interrupted", file=sys.stderr)
-        return 130
 
 
 def _console(stream=None):
@@ -116,7 +69,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]], header: bool =
          help="check a recipe against the installed plugins")
 def validate(args: argparse.Namespace) -> int:
     """Check a recipe file and print what it would tune, or every problem in it."""
-    from .recipe import load_recipe
+    from tunekit.recipe.model import load_recipe
     recipe = load_recipe(args.recipe)
     out = _console()
     tasks = recipe.task_objects()
@@ -162,7 +115,7 @@ def _space_summary(task, target) -> list[str]:
          help="print the JSON Schema of recipes (for editors)")
 def schema(args: argparse.Namespace) -> int:
     """Print the JSON Schema of recipes, covering the installed plugins' options."""
-    from .recipe_schema import json_schema
+    from tunekit.recipe.schema import json_schema
     text = json.dumps(json_schema(), indent=2)
     if args.output:
         try:
@@ -179,8 +132,8 @@ def schema(args: argparse.Namespace) -> int:
 def plugins(args: argparse.Namespace) -> int:
     """List every component of the installed plugins, whether it is usable here,
     and the plugins that failed to load."""
-    from ._plugins import plugins as loaded
-    from ._registry import registry
+    from tunekit.plugin.manager import plugins as loaded
+    from tunekit.plugin.registry import registry
     reg = registry()
     rows = []
     for kind, table in reg.components.items():
@@ -218,15 +171,14 @@ def tune(args: argparse.Namespace) -> int:
     """Tune every task of a recipe, showing progress, then print a summary table.
     Every trial is committed to the database as it is measured: a killed run resumes
     where it stopped when started again."""
-    from .progress import TuneProgress, summary_table
-    from .recipe import Recipe, load_recipe
-    from .tuner import Tuner
+    from tunekit.recipe.model import load_recipe
+    from tunekit.tuning.budget import Budget
+    from tunekit.tuning.progress import TuneProgress, summary_table
+    from tunekit.tuning.tuner import Tuner
     recipe = load_recipe(args.recipe)
-    if args.trials is not None or args.seed is not None:
-        d = recipe.to_dict()
-        d["tuning"].update({k: v for k, v in (("trials", args.trials), ("seed", args.seed)) if v is not None})
-        recipe = Recipe.from_dict(d, source=recipe.source)
-    states = Tuner(recipe, TuneProgress()).run()
+    if args.seed is not None:   # the seed is plain data: no need to validate the recipe (or read its model) again
+        recipe = recipe.model_copy(update={"tuning": recipe.tuning.model_copy(update={"seed": args.seed})})
+    states = Tuner(recipe, TuneProgress(), Budget.of(recipe.tuning).with_trials(args.trials)).run()
     _console().print(summary_table(states))
     return 0
 
@@ -241,7 +193,7 @@ def best(args: argparse.Namespace) -> int:
 
     from rich.text import Text
 
-    from .database import Database
+    from tunekit.store.database import Database
     db = Database(args.database, readonly=True)
     try:
         rows = db.best(args.workload, args.target)
@@ -273,9 +225,9 @@ def best(args: argparse.Namespace) -> int:
          help="print the lowered program of a config")
 def show(args: argparse.Namespace) -> int:
     """Print a task's config space and the loop program of one config."""
-    from .database import Database
-    from .dispatch import best_config
-    from .recipe import load_recipe
+    from tunekit.deploy.kernels import best_config
+    from tunekit.recipe.model import load_recipe
+    from tunekit.store.database import Database
     recipe = load_recipe(args.recipe)
     tasks = recipe.task_objects()
     if not 0 <= args.task < len(tasks):
@@ -302,7 +254,7 @@ def report(args: argparse.Namespace) -> int:
     """Plot the best GFLOPS found against the number of trials for every task (and
     every run, when several models or explorers ran), and print a summary table."""
 
-    from .report import report as make_report
+    from tunekit.cli.report import report as make_report
     rows = make_report(args.database, args.png or None)
     _console().print(_table("", ["task", "trials", "best GFLOPS"], rows))
     if args.png:
@@ -325,7 +277,7 @@ def run_model(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from .network import compile_model
+    from tunekit.deploy.network import compile_model
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         net = compile_model(args.model, args.target, args.database)
@@ -380,7 +332,7 @@ def db(args: argparse.Namespace) -> int:
     """Get trials back: `tunekit db import LOG DB` adds the log's records to DB
     (skipping those it has, and torn lines); `tunekit db recover BAD.db NEW.db`
     copies every readable trial of a damaged database into a new one."""
-    from .db_tools import import_log, recover
+    from tunekit.store.tools import import_log, recover
     if args.action == "import":
         added, dup, bad = import_log(args.source, args.dest)
         print(f"{args.dest}: {added} trials imported from {args.source} ({dup} already there, {bad} bad lines "
@@ -390,6 +342,3 @@ def db(args: argparse.Namespace) -> int:
         print(f"{args.dest}: {got} trials recovered from {args.source} ({lost} unreadable)")
     return 0
 
-
-if __name__ == "__main__":   # last: every subcommand above is registered by now
-    sys.exit(main())

@@ -1,19 +1,24 @@
 """What the installed plugins contribute, by kind and name, each contribution
-checked against the contract as it is loaded (see `tunekit/_hookspecs.py`)."""
+checked against the contract as it is loaded (see `tunekit/hookspecs.py`).
+
+This is the edge where names become objects: component, op, workload and template
+names are resolved here and nowhere below (a `tunekit.task.Task` holds its Op and
+the templates it may use; `task()` below makes one from names)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from ._plugins import BrokenPlugin, plugins
-from .component import Component, Options
-from .errors import PluginError, UnknownComponent
-from .explorers import Explorer
-from .frontends import Frontend
-from .models import CostModel
-from .ops import Op, Template
-from .runners import Runner
-from .targets import Target
+from tunekit.component import Component, Options
+from tunekit.errors import PluginError, TunekitError, UnknownComponent
+from tunekit.explorers import Explorer
+from tunekit.frontends import Frontend
+from tunekit.models import CostModel
+from tunekit.ops import Op, Template
+from tunekit.plugin.manager import BrokenPlugin, generation, plugins
+from tunekit.runners import Runner
+from tunekit.targets import Target
+from tunekit.task import Task, TaskSpec
 
 KINDS = {"target": "tunekit_targets", "cost model": "tunekit_cost_models", "explorer": "tunekit_explorers",
          "runner": "tunekit_runners", "frontend": "tunekit_frontends"}
@@ -53,6 +58,7 @@ class Registry:
     def __init__(self):
         p = plugins()
         self._plugins = p
+        self.generation = generation()
         #: (kind, name) -> why the component of that name was refused, and from which plugin
         self.rejected: dict[tuple[str, str], BrokenPlugin] = {}
         self.components: dict[str, dict[str, Entry]] = {}
@@ -85,7 +91,9 @@ class Registry:
         for plugin, ts in self._lists("tunekit_templates"):
             for t in ts:
                 if isinstance(t, Template):
-                    self.template_entries.append(Entry(t, plugin, p.version(plugin)))
+                    version = p.version(plugin)
+                    t.origin = f"plugin {plugin!r}" + (f", {version}" if version else "")
+                    self.template_entries.append(Entry(t, plugin, version))
                 else:
                     self._refuse(plugin, "template", None,
                                  f"tunekit_templates() returned a {type(t).__name__}, not a tunekit.Template")
@@ -144,20 +152,57 @@ class Registry:
         return self.workloads[name].obj
 
 
+    def templates_of(self, op: str) -> list[Template]:
+        """The templates contributed for op `op`."""
+        return [t for t in self.templates if t.op == op]
+
+    def task(self, op: str | None = None, args: dict | None = None, *, workload: str | None = None,
+             template: str | None = None, weight: int = 1) -> Task:
+        """Make a Task from names: an op name with args, or a named workload (whose args
+        `args` may override); it carries the op's installed templates."""
+        if workload is not None:
+            op, wargs = self.workload(workload)
+            args = {**wargs, **(args or {})}
+        if op is None:
+            raise TunekitError("a task needs an op (with args) or a workload name")
+        return Task(self.op(op), args, template=template, weight=weight, workload=workload,
+                    templates=self.templates_of(op))
+
+
 _REGISTRY: Registry | None = None
 
 
 def registry() -> Registry:
-    """The components of the installed plugins (built on first use)."""
+    """The components of the installed plugins (built on first use, and again after plugins change)."""
     global _REGISTRY
-    if _REGISTRY is None:
+    if _REGISTRY is None or _REGISTRY.generation != generation():
         _REGISTRY = Registry()
     return _REGISTRY
 
 
-def reset() -> None:
-    global _REGISTRY
-    _REGISTRY = None
+def task(op: str | None = None, args: dict | None = None, *, workload: str | None = None,
+         template: str | None = None, weight: int = 1) -> Task:
+    """Make a `tunekit.task.Task` from names, with the installed plugins' ops and templates.
+
+    Args:
+        op: the op's name, e.g. "matmul" (give args too).
+        args: its arguments; with a workload, overrides of the workload's.
+        workload: a named workload instead, e.g. "resnet18.C6".
+        template: the template to use; default: every one that serves the target is tuned,
+            and the highest priority one builds when nothing is recorded.
+        weight: how many times a network runs it (the scheduler weighs its time by it).
+    Returns:
+        the Task.
+    Raises:
+        UnknownComponent: no such op or workload is installed (naming those that are).
+        ArgumentError: the args are not the op's.
+    """
+    return registry().task(op, args, workload=workload, template=template, weight=weight)
+
+
+def task_of(spec: TaskSpec) -> Task:
+    """The Task that `spec` (plain data sent to another process) describes."""
+    return registry().task(spec.op, dict(spec.args), template=spec.template)
 
 
 def entry_of(component: Component) -> Entry | None:
@@ -175,3 +220,16 @@ def plugin_of(component: Component) -> str:
     if entry is None:
         return f"{type(component).__module__}.{type(component).__qualname__}, not from an installed plugin"
     return f"plugin {entry.plugin!r}" + (f" ({entry.version})" if entry.version else "")
+
+
+def make_component(kind: str, spec):
+    """A component of `kind` from a name, an Options object or an instance."""
+    reg = registry()
+    if isinstance(spec, str):
+        return reg.component(kind, spec)()
+    if isinstance(spec, Options):
+        for entry in reg.components[kind].values():
+            if type(spec) is entry.obj.Options:
+                return entry.obj(spec)
+        raise TunekitError(f"no installed {kind} takes options of type {type(spec).__name__}")
+    return spec

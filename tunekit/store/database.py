@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from ._version import __version__
-from .errors import StorageError
-from .records import Trial
+from tunekit._version import __version__
+from tunekit.errors import StorageError
+from tunekit.records import Trial
 
 FORMAT_VERSION = 1
 

@@ -10,9 +10,9 @@ from collections import Counter
 
 import numpy as np
 
-from ._plugins import plugins
-from ._registry import plugin_of
-from .errors import PluginError
+from tunekit.errors import PluginError
+from tunekit.plugin.manager import plugins
+from tunekit.plugin.registry import plugin_of
 
 
 class TunekitWarning(UserWarning):

@@ -9,12 +9,24 @@ from dataclasses import dataclass
 
 import pluggy
 
-from . import _hookspecs
-from ._version import __version__
+from tunekit import hookspecs as _hookspecs
+from tunekit._version import __version__
 
 GROUP = "tunekit"
-#: what the core contributes through the hooks itself (the ops library, the local runner): always there
-CORE_PLUGINS = {"tunekit.ops": "tunekit.ops.library", "tunekit.local-runner": "tunekit.local_runner"}
+#: the module of the core's own plugins (the op library, the local runner), registered first, always there;
+#: loaded by name: the core's plugin sits above this layer
+CORE_MODULE = "tunekit.builtin"
+_generation = 0
+
+
+def generation() -> int:
+    """A number that changes whenever the set of registered plugins does (what the registry's cache is keyed on)."""
+    return _generation
+
+
+def _changed() -> None:
+    global _generation
+    _generation += 1
 
 
 @dataclass
@@ -41,8 +53,9 @@ class Plugins:
         self.versions: dict[str, tuple[str, str]] = {}
         self.entry_point_names: set[str] = set()
         self.modules: dict[str, str] = {}   # plugins registered by hand that are importable modules
-        for name, module in CORE_PLUGINS.items():
-            self.register(importlib.import_module(module), name, ("tunekit", __version__))
+        self.core = importlib.import_module(CORE_MODULE).PLUGINS
+        for name, plugin in self.core.items():
+            self.register(plugin, name, ("tunekit", __version__))
         if os.environ.get("TUNEKIT_DISABLE_PLUGIN_AUTOLOAD", "").strip() not in ("", "0"):
             return
         blocked = {b.strip() for b in os.environ.get("TUNEKIT_BLOCK_PLUGINS", "").split(",") if b.strip()}
@@ -63,15 +76,15 @@ class Plugins:
         self.pm.register(plugin, name=name)
         self.versions[name] = version
         # a spawned worker re-imports hand-registered modules by name: only real, importable ones
-        if isinstance(plugin, types.ModuleType) and name not in CORE_PLUGINS and getattr(plugin, "__spec__", None):
+        if isinstance(plugin, types.ModuleType) and name not in self.core and getattr(plugin, "__spec__", None):
             self.modules[name] = plugin.__name__
-        _reset_registry()
+        _changed()
 
     def unregister(self, name: str) -> None:
         self.pm.unregister(name=name)
         self.versions.pop(name, None)
         self.modules.pop(name, None)
-        _reset_registry()
+        _changed()
 
     def version(self, name: str) -> str:
         """"DIST VERSION" of a registered plugin ("" when registered by hand)."""
@@ -122,9 +135,4 @@ def reload() -> None:
     """Forget every plugin and discover them again (after installing one, or in tests)."""
     global _PLUGINS
     _PLUGINS = None
-    _reset_registry()
-
-
-def _reset_registry() -> None:
-    from . import _registry
-    _registry.reset()
+    _changed()

@@ -7,8 +7,8 @@ import os
 import sqlite3
 from urllib.parse import quote
 
-from .database import Database
-from .errors import StorageError
+from tunekit.errors import StorageError
+from tunekit.store.database import Database
 
 #: the columns of table `trials` that a record carries (id is the database's own)
 COLUMNS = ("run", "workload", "op", "args", "workload_name", "target", "target_options", "device", "template",

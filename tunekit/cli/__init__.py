@@ -1,0 +1,1 @@
+"""The command line (the top layer). Plugins add subcommands through the `tunekit_commands` hook."""

@@ -1,0 +1,2 @@
+"""The deployment layer: kernels built from the best records (for downstream compilers) and
+compiled networks."""
