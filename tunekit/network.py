@@ -12,7 +12,7 @@ import numpy as np
 
 from ._registry import registry
 from .dispatch import Kernel, apply_history_best, build, make_component
-from .errors import ArgumentError, ModelError
+from .errors import ArgumentError, ModelError, TunekitError
 from .graph import Graph
 from .graph.layout import block_activations
 from .memory import empty
@@ -28,9 +28,33 @@ def load_graph(path: str) -> Graph:
             why = entry.obj.available()
             if why:
                 raise ModelError(f"{path}: the {entry.obj.name!r} frontend cannot run here: {why}")
-            return entry.obj().load(str(path))
+            return _checked(entry.obj().load(str(path)), str(path))
     known = ", ".join(f"{s} ({e.obj.name})" for e in table.values() for s in e.obj.suffixes) or "none"
     raise ModelError(f"{path}: no frontend reads {suffix or 'files without a suffix'} files (installed: {known})")
+
+
+def _node_error(graph: Graph, node, why: str) -> ModelError:
+    return ModelError(f"{graph.source or 'the model'}: node {node.name or node.output!r} ({node.kind or node.op}): "
+                      f"{why}")
+
+
+def _checked(graph: Graph, path: str) -> Graph:
+    """`graph` read from `path`, which it now names; every node's args are valid (else a
+    ModelError naming the file and the node)."""
+    graph.source = graph.source or path
+    try:
+        graph.check()
+    except ValueError as e:
+        raise ModelError(f"{path}: {e}") from None
+    for node in graph.nodes:
+        try:
+            Task(node.op, node.args)
+        except ArgumentError as e:
+            raise _node_error(graph, node, f"{e}; these args come from the model's tensor sizes: export it with "
+                              "sizes the op takes") from None
+        except TunekitError as e:   # an op no plugin provides
+            raise _node_error(graph, node, str(e)) from None
+    return graph
 
 
 def layout_block(target) -> int:
@@ -42,9 +66,20 @@ def layout_block(target) -> int:
 
 
 def for_target(graph: Graph, target) -> Graph:
-    """`graph` in the activation layout `target` runs best (`layout_block`)."""
+    """`graph` in the activation layout `target` runs best (`layout_block`); a ModelError
+    naming the file and the node if `target` cannot run a node (its dtype, its memory)."""
+    seen = set()
+    for node in graph.nodes:
+        task = Task(node.op, node.args)
+        if task.key not in seen and (why := target.check_task(task)):
+            raise _node_error(graph, node, why)
+        seen.add(task.key)
     b = layout_block(target)
-    return block_activations(graph, b) if b else graph
+    if not b:
+        return graph
+    out = block_activations(graph, b)
+    out.source = graph.source
+    return out
 
 
 def graph_tasks(graph: Graph) -> list[tuple[Task, int]]:

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from ._registry import registry
-from .errors import RecipeError, TunekitError
+from .errors import ModelError, RecipeError, TunekitError
 from .ops.epilogue import has_epilogue
 from .recipe_components import component_field
 from .recipe_errors import check_keys, error, message, path
@@ -213,10 +213,14 @@ class Recipe(Section):
     @model_validator(mode="after")
     def _templates(self):
         target = self.target.create()
-        for spec in self.tasks:
-            spec.on_target(target)
-        problems = [p for i, spec in enumerate(self.tasks) for task in spec.tasks()
-                    for p in self._task_problems(i, task, target)]
+        problems = []
+        for i, spec in enumerate(self.tasks):
+            try:
+                spec.on_target(target)
+            except ModelError as e:   # a node of the model the target cannot run (the message names it)
+                problems.append((("tasks", i, "model"), str(e), spec.model))
+        problems += [p for i, spec in enumerate(self.tasks) for task in spec.tasks()
+                     for p in self._task_problems(i, task, target)]
         if problems:
             raise error(problems)
         return self
