@@ -24,6 +24,8 @@ class Frontend(Component):
         Weights become constants in the layouts the ops declare (transformed once
         here); BatchNormalization-like layers are folded, and what follows an
         anchor op (bias, residual add, activation) is fused into its epilogue.
+        Give each Node the model's name and type for it (`name`, `kind`): the loader
+        then checks every node's args and names the file and the node for a bad one.
         Raises:
             tunekit.errors.ModelError: the file cannot be read, or holds a node
                 this frontend does not support (name it, its type, and what is supported).

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tunekit.deploy.kernels import Kernel, build
-from tunekit.errors import ArgumentError, ModelError
+from tunekit.errors import ArgumentError, ModelError, TunekitError
 from tunekit.graph import Graph
 from tunekit.graph.layout import block_activations
 from tunekit.memory import empty
@@ -29,7 +29,7 @@ def load_graph(path: str) -> Graph:
             why = entry.obj.available()
             if why:
                 raise ModelError(f"{path}: the {entry.obj.name!r} frontend cannot run here: {why}")
-            return entry.obj().load(str(path))
+            return _checked(entry.obj().load(str(path)), str(path))
     known = ", ".join(f"{s} ({e.obj.name})" for e in table.values() for s in e.obj.suffixes) or "none"
     raise ModelError(f"{path}: no frontend reads {suffix or 'files without a suffix'} files (installed: {known})")
 
@@ -37,6 +37,30 @@ def load_graph(path: str) -> Graph:
 def blocked_ops(target) -> set[str]:
     """The ops that a template schedules in blocked layouts ("NCHW{b}c") on `target`."""
     return {t.op for t in registry().templates if t.blocked and t.serves(target)}
+
+
+def _node_error(graph: Graph, node, why: str) -> ModelError:
+    return ModelError(f"{graph.source or 'the model'}: node {node.name or node.output!r} ({node.kind or node.op}): "
+                      f"{why}")
+
+
+def _checked(graph: Graph, path: str) -> Graph:
+    """`graph` read from `path`, which it now names; every node's args are valid (else a
+    ModelError naming the file and the node)."""
+    graph.source = graph.source or path
+    try:
+        graph.check()
+    except ValueError as e:
+        raise ModelError(f"{path}: {e}") from None
+    for node in graph.nodes:
+        try:
+            make_task(node.op, node.args)
+        except ArgumentError as e:
+            raise _node_error(graph, node, f"{e}; these args come from the model's tensor sizes: export it with "
+                              "sizes the op takes") from None
+        except TunekitError as e:   # an op no plugin provides
+            raise _node_error(graph, node, str(e)) from None
+    return graph
 
 
 def layout_block(target) -> int:
@@ -52,9 +76,20 @@ def node_shapes(graph: Graph) -> dict[str, tuple]:
 
 
 def for_target(graph: Graph, target) -> Graph:
-    """`graph` in the activation layout `target` runs best (`layout_block`)."""
+    """`graph` in the activation layout `target` runs best (`layout_block`); a ModelError
+    naming the file and the node if `target` cannot run a node (its dtype, its memory)."""
+    seen = set()
+    for node in graph.nodes:
+        task = make_task(node.op, node.args)
+        if task.key not in seen and (why := target.check_task(task)):
+            raise _node_error(graph, node, why)
+        seen.add(task.key)
     b = layout_block(target)
-    return block_activations(graph, b, node_shapes(graph), blocked_ops(target)) if b else graph
+    if not b:
+        return graph
+    out = block_activations(graph, b, node_shapes(graph), blocked_ops(target))
+    out.source = graph.source
+    return out
 
 
 def graph_tasks(graph: Graph) -> list[tuple[Task, int]]:

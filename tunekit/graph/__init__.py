@@ -22,6 +22,7 @@ class Node:
     inputs: list[str]
     output: str
     name: str = ""          #: the model's name for it (e.g. the ONNX node name), for messages and profiles
+    kind: str = ""          #: the model's type for it (e.g. the ONNX op type "Conv"), for messages
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Graph:
     shapes: dict[str, tuple] = field(default_factory=dict)   #: every tensor's shape (inputs, constants, outputs)
     #: the shape each output is returned in (a node may compute it in another shape of the same size)
     output_shapes: list[tuple] = field(default_factory=list)
+    source: str = ""        #: the model file it was read from (load_graph sets it), for messages
 
     def check(self) -> None:
         """Raise ValueError if a node reads a tensor nothing produced before it."""

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from tunekit.errors import RecipeError, TemplateError, TunekitError, UnknownComponent
+from tunekit.errors import ModelError, RecipeError, TemplateError, TunekitError, UnknownComponent
 from tunekit.plugin.registry import registry
 from tunekit.plugin.registry import task as make_task
 from tunekit.recipe.components import component_field
@@ -212,10 +212,14 @@ class Recipe(Section):
     @model_validator(mode="after")
     def _templates(self):
         target = self.target.create()
-        for spec in self.tasks:
-            spec.on_target(target)
-        problems = [p for i, spec in enumerate(self.tasks) for task in spec.tasks()
-                    for p in self._task_problems(i, task, target)]
+        problems = []
+        for i, spec in enumerate(self.tasks):
+            try:
+                spec.on_target(target)
+            except ModelError as e:   # a node of the model the target cannot run (the message names it)
+                problems.append((("tasks", i, "model"), str(e), spec.model))
+        problems += [p for i, spec in enumerate(self.tasks) for task in spec.tasks()
+                     for p in self._task_problems(i, task, target)]
         if problems:
             raise error(problems)
         return self

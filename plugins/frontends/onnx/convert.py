@@ -3,12 +3,18 @@ the bias add, residual add and ReLU/Clip(0, 6) after it fused into its epilogue.
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto
 
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node
 
-SUPPORTED = "Conv (any group), Gemm, MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape (to [N, -1]); " \
-            "and after a Conv or Gemm: BatchNormalization, Add (bias or residual), Relu, Clip(0, 6)"
+SUPPORTED = "Conv (any group), Gemm, MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape (to [N, -1]), " \
+            "Identity, Constant; and after a Conv or Gemm: BatchNormalization, Add (bias or residual), Relu, Clip(0, 6)"
+
+
+_REDO = "export the model to ONNX again (e.g. with torch.onnx.export)"
+#: the element types a tensor that is not data may have (shapes, indices, masks: a Reshape's shape)
+_NOT_DATA = {TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL}
 
 
 def _attrs(node) -> dict:
@@ -25,18 +31,87 @@ def _shape(value_info, path: str) -> tuple:
     return tuple(int(d.dim_value) for d in dims)
 
 
-def convert(path: str) -> Graph:
-    """Read the ONNX model at `path` into a Graph (see `tunekit.frontends.Frontend.load`)."""
+def _dtype_name(elem_type: int) -> str:
+    names = {TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float64", TensorProto.STRING: "string"}
+    return names.get(elem_type) or TensorProto.DataType.Name(elem_type).lower()
+
+
+def _node(n) -> str:
+    return f"node {n.name or n.output[0]!r} ({n.op_type})"
+
+
+def _load(path: str):
+    """The checked ONNX model at `path` with every tensor's shape inferred."""
     import onnx
-    from onnx import numpy_helper
+    from google.protobuf.message import DecodeError
+    try:
+        with open(path, "rb") as f:
+            empty = not f.read(1)
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read the file: {e.strerror or e}") from None
+    if empty:
+        raise ModelError(f"{path}: the file is empty (0 bytes), not an ONNX model; {_REDO}")
     try:
         model = onnx.load(path)
+    except DecodeError:
+        raise ModelError(f"{path}: not an ONNX model: it does not decode as one (the file is corrupt, truncated "
+                         f"or in another format); {_REDO}") from None
+    except Exception as e:   # external data that cannot be read, or what else the onnx package raises
+        raise ModelError(f"{path}: cannot read it as an ONNX model ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())}); {_REDO}") from None
+    if not model.ir_version:   # protobuf decodes some other files to an empty model
+        raise ModelError(f"{path}: not an ONNX model: it holds no ONNX version or graph (the file is corrupt, "
+                         f"truncated or in another format); {_REDO}")
+    try:
         onnx.checker.check_model(model)
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    except (OSError, onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        raise ModelError(f"{path}: not a valid ONNX model: {e}") from None
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {_REDO} (a truncated or "
+                         "edited file fails these checks)") from None
+
+
+def _check_dtypes(g, path: str) -> None:
+    """Refuse a model whose data is not float32 (inputs, outputs, weights, any tensor a node makes),
+    naming the first such tensor; int64/int32/bool tensors (shapes, indices) may appear inside."""
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]}
+    inits = {t.name for t in g.initializer}
+    found = [(f"input {v.name!r}", types[v.name], True) for v in g.input if v.name not in inits]
+    found += [(f"initializer {t.name!r}", t.data_type, False) for t in g.initializer]
+    found += [(f"tensor {o!r} of {_node(n)}", types[o], False) for n in g.node for o in n.output if o in types]
+    found += [(f"output {v.name!r}", types[v.name], True) for v in g.output]
+    for what, elem_type, data in found:
+        if elem_type != TensorProto.FLOAT and (data or elem_type not in _NOT_DATA):
+            raise ModelError(f"{path}: {what} is {_dtype_name(elem_type)}; tunekit runs float32 models only for now: "
+                             "export the model in float32 (in PyTorch: model.float() before torch.onnx.export)")
+
+
+def constant_value(n, path: str) -> np.ndarray:
+    """The value of the Constant node `n` (a tensor, or value_float(s) / value_int(s))."""
+    from onnx import numpy_helper
+    a = {x.name: x for x in n.attribute}
+    if "value" in a:
+        return numpy_helper.to_array(a["value"].t)
+    if "value_float" in a:
+        return np.float32(a["value_float"].f)
+    if "value_floats" in a:
+        return np.array(a["value_floats"].floats, np.float32)
+    if "value_int" in a:
+        return np.int64(a["value_int"].i)
+    if "value_ints" in a:
+        return np.array(a["value_ints"].ints, np.int64)
+    raise ModelError(f"{path}: {_node(n)} is not supported: a Constant of {', '.join(a) or 'no value'} (supported: "
+                     "value, value_float(s), value_int(s))")
+
+
+def convert(path: str) -> Graph:
+    """Read the ONNX model at `path` into a Graph (see `tunekit.frontends.Frontend.load`)."""
+    from onnx import numpy_helper
+    model = _load(path)
     g = model.graph
+    _check_dtypes(g, path)
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    # a Constant node is a constant wherever it appears (an exporter's Clip bounds, weights, shapes)
+    consts.update({n.output[0]: constant_value(n, path) for n in g.node if n.op_type == "Constant"})
     shapes = {v.name: _shape(v, path) for v in [*g.input, *g.value_info, *g.output] if v.name not in consts}
     shapes.update({k: v.shape for k, v in consts.items()})
     inputs = {v.name: (shapes[v.name], "float32") for v in g.input if v.name not in consts}
@@ -48,31 +123,30 @@ def convert(path: str) -> Graph:
         uses[o.name] = uses.get(o.name, 0) + 1
     b = _Builder(path, consts, shapes, uses)
     for n in g.node:
-        b.add(n)
-    graph = Graph(inputs, b.consts, [f.node() for f in b.nodes], [b.name(o.name) for o in g.output], shapes,
-                  [shapes[o.name] for o in g.output])
-    graph.check()
-    return graph
+        if n.op_type != "Constant":
+            b.add(n)
+    return Graph(inputs, b.consts, [f.node() for f in b.nodes], [b.name(o.name) for o in g.output], shapes,
+                 [shapes[o.name] for o in g.output])
 
 
 class _Fused:
     """A conv or dense being built up: its anchor args and what the following nodes fuse into it."""
 
-    def __init__(self, op, args, data, weight, bias, output, name):
+    def __init__(self, op, args, data, weight, bias, output, n):
         self.op, self.args, self.data, self.weight, self.bias = op, args, data, weight, bias
-        self.residual, self.output, self.name = None, output, name
+        self.residual, self.output, self.name, self.kind = None, output, n.name, n.op_type
 
     def node(self) -> Node:
         args = {**self.args, "bias": self.bias is not None, "residual": self.residual is not None}
         inputs = [self.data, self.weight, *(t for t in (self.bias, self.residual) if t is not None)]
-        return Node(self.op, args, inputs, self.output, self.name)
+        return Node(self.op, args, inputs, self.output, self.name, kind=self.kind)
 
 
 class _Plain:
     """An op with no epilogue (pooling)."""
 
-    def __init__(self, op, args, inputs, output, name):
-        self.node = lambda: Node(op, args, inputs, output, name)
+    def __init__(self, op, args, inputs, output, n):
+        self.node = lambda: Node(op, args, inputs, output, n.name, kind=n.op_type)
 
 
 class _Builder:
@@ -86,8 +160,8 @@ class _Builder:
         return self.alias.get(tensor, tensor)
 
     def fail(self, n, why: str = "") -> ModelError:
-        return ModelError(f"{self.path}: node {n.name or n.output[0]!r} ({n.op_type}) is not supported"
-                          f"{': ' + why if why else ''} (supported: {SUPPORTED})")
+        return ModelError(f"{self.path}: {_node(n)} is not supported{': ' + why if why else ''} (supported: "
+                          f"{SUPPORTED})")
 
     def const(self, name: str, value: np.ndarray) -> str:
         key = f"{name}:tunekit"
@@ -97,7 +171,14 @@ class _Builder:
     def add(self, n) -> None:
         n = _Renamed(n, self.name)
         own = {"Conv": self.conv, "Gemm": self.gemm, "MaxPool": self.maxpool, "AveragePool": self.avgpool,
-               "GlobalAveragePool": self.global_average, "Flatten": self.flatten, "Reshape": self.flatten}
+               "GlobalAveragePool": self.global_average, "Flatten": self.flatten, "Reshape": self.flatten,
+               "Identity": self.identity}
+        try:
+            self._add(n, own)
+        except (KeyError, ValueError, IndexError, TypeError) as e:   # what the checks below did not foresee
+            raise self.fail(n, f"tunekit cannot read it ({type(e).__name__}: {e})") from e
+
+    def _add(self, n, own: dict) -> None:
         if n.op_type in own:
             return own[n.op_type](n)
         # an Add fuses into the later of its two producers, so that the other operand is computed before it
@@ -118,6 +199,9 @@ class _Builder:
         x, w = n.input[0], n.input[1]
         if w not in self.consts:
             raise self.fail(n, "its weights are not a constant")
+        if len(self.shapes[x]) != 4 or self.consts[w].ndim != 4:
+            raise self.fail(n, f"only 2-D convolutions (of 4-D NCHW inputs) are supported; its input is "
+                            f"{len(self.shapes[x])}-D")
         N, C, H, W = self.shapes[x]
         weight = self.consts[w]
         K, Cg, R, S = weight.shape
@@ -138,7 +222,7 @@ class _Builder:
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
         if bias is not None and bias not in self.consts:
             raise self.fail(n, "its bias is not a constant")
-        f = _Fused(op, {**args, "activation": "none"}, x, w, bias, n.output[0], n.name)
+        f = _Fused(op, {**args, "activation": "none"}, x, w, bias, n.output[0], n)
         self.nodes.append(f)
         self.by_output[f.output] = f
 
@@ -155,12 +239,18 @@ class _Builder:
             raise self.fail(n, "its bias is not a constant of [out] values")
         args = dict(M=M, N=weight.shape[0], K=K, dtype="float32", activation="none")
         f = _Fused("dense", args, x, w if a.get("transB", 0) else self.const(w + "/t", weight),
-                   self.const(bias + "/flat", self.consts[bias].reshape(-1)) if bias else None, n.output[0], n.name)
+                   self.const(bias + "/flat", self.consts[bias].reshape(-1)) if bias else None, n.output[0], n)
         self.nodes.append(f)
         self.by_output[f.output] = f
 
+    def _nchw(self, n) -> tuple:
+        if len(self.shapes[n.input[0]]) != 4:
+            raise self.fail(n, f"only 2-D pooling (of 4-D NCHW inputs) is supported; its input is "
+                            f"{len(self.shapes[n.input[0]])}-D")
+        return self.shapes[n.input[0]]
+
     def _pool_args(self, n, a: dict) -> dict:
-        N, C, H, W = self.shapes[n.input[0]]
+        N, C, H, W = self._nchw(n)
         pads = list(a.get("pads", [0, 0, 0, 0]))
         if len(n.output) > 1 or a.get("ceil_mode", 0) or pads[:2] != pads[2:] or \
                 a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
@@ -170,7 +260,7 @@ class _Builder:
                     dilation=tuple(a.get("dilations", [1, 1])), dtype="float32")
 
     def maxpool(self, n) -> None:
-        self.nodes.append(_Plain("max_pool2d", self._pool_args(n, _attrs(n)), [n.input[0]], n.output[0], n.name))
+        self.nodes.append(_Plain("max_pool2d", self._pool_args(n, _attrs(n)), [n.input[0]], n.output[0], n))
 
     def avgpool(self, n) -> None:
         a = _attrs(n)
@@ -178,18 +268,24 @@ class _Builder:
         if args.pop("dilation") != (1, 1):
             raise self.fail(n, "AveragePool with dilations")
         args["count_include_pad"] = bool(a.get("count_include_pad", 0))
-        self.nodes.append(_Plain("avg_pool2d", args, [n.input[0]], n.output[0], n.name))
+        self.nodes.append(_Plain("avg_pool2d", args, [n.input[0]], n.output[0], n))
 
     def global_average(self, n) -> None:
-        N, C, H, W = self.shapes[n.input[0]]
+        N, C, H, W = self._nchw(n)
         self.nodes.append(_Plain("global_avg_pool2d", dict(N=N, C=C, H=H, W=W, dtype="float32"), [n.input[0]],
-                                 n.output[0], n.name))
+                                 n.output[0], n))
 
     def flatten(self, n) -> None:
         shape, out = self.shapes[n.input[0]], self.shapes[n.output[0]]
         if len(out) != 2 or out[0] != shape[0]:
             raise self.fail(n, f"only a reshape to [N, -1] (here {list(shape)} -> {list(out)})")
-        self.alias[n.output[0]] = n.input[0]   # the same bytes: no copy
+        self.identity(n)   # the same bytes: no copy
+
+    def identity(self, n) -> None:
+        """`n`'s output is its input (exporters emit Identity nodes for shared initializers)."""
+        self.alias[n.output[0]] = n.input[0]
+        # the input's readers are now also the output's (so that what it alone reads is still known)
+        self.uses[n.input[0]] = self.uses.get(n.input[0], 0) - 1 + self.uses.get(n.output[0], 0)
 
     def batchnorm(self, n, f: _Fused) -> None:
         if f.residual is not None or f.args["activation"] != "none" or any(i not in self.consts for i in n.input[1:]):
@@ -223,8 +319,14 @@ class _Builder:
 
     def clip(self, n, f: _Fused) -> None:
         a = _attrs(n)
-        lo = self.consts[n.input[1]].item() if len(n.input) > 1 and n.input[1] else a.get("min")
-        hi = self.consts[n.input[2]].item() if len(n.input) > 2 and n.input[2] else a.get("max")
+
+        def bound(k: int, attr: str):   # an input (opset 11 on: an initializer or a Constant node), else the attribute
+            if len(n.input) <= k or not n.input[k]:
+                return a.get(attr)
+            if n.input[k] not in self.consts:
+                raise self.fail(n, f"its {attr} is not a constant")
+            return self.consts[n.input[k]].item()
+        lo, hi = bound(1, "min"), bound(2, "max")
         if (lo, hi) != (0, 6) or f.args["activation"] != "none":
             raise self.fail(n, f"Clip({lo}, {hi}); only Clip(0, 6) (ReLU6) is fused")
         f.args["activation"] = "relu6"
