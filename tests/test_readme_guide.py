@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 import tunekit
-from tunekit.cli import parser
+from tunekit.cli.main import parser
 
 README = Path(__file__).parent.parent / "README.md"
 
