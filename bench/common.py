@@ -1,35 +1,84 @@
-"""Shared benchmark plumbing: machine facts, side-by-side timing in fresh processes."""
+"""Shared benchmark plumbing: machine facts, side-by-side timing in fresh processes, and
+tuning results per task over all its templates."""
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 import statistics
 import time
+from dataclasses import dataclass, field
+
+# the features that decide which kernels a CPU runs, printed when the host has them
+_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx512bf16",
+             "avx512fp16", "amx-tile", "neon", "sve", "sve2")
 
 
 def machine_report() -> str:
-    """Load, cores, the BLAS kernel numpy will use (via threadpoolctl) and the FMA peak."""
+    """The CPU (model, LLVM's name and features, the vector width read from the features), load, cores,
+    the BLAS kernel numpy will use (via threadpoolctl) and the FMA peak."""
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    lines = [f"machine: {os.cpu_count()} cores, load average {load}",
+    lines = [f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {load} (1, 5, 15 min)",
              f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '<unset>')} "
              f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '<unset>')}"]
     try:
-        import numpy as np
-        from threadpoolctl import threadpool_info
-        np.ones(1) @ np.ones(1)
-        for info in threadpool_info():
-            if info.get("user_api") == "blas":
-                lines.append(f"numpy BLAS: {info.get('internal_api')} {info.get('version')} "
-                             f"kernel={info.get('architecture')} threads={info.get('num_threads')}")
-    except ImportError:
-        lines.append("numpy BLAS: (install threadpoolctl to see which kernel runs)")
-    try:
+        import llvmlite.binding as llvm
         cpu, w, _ = _peak_shape()
-        lines.append(f"float32 FMA peak (measured now, all cores at once, {w} lanes): {fma_peak():.0f} GFLOPS "
-                     f"on {cpu_model()} ({cpu})")
+        feats = llvm.get_host_cpu_features()
+        have = " ".join(f for f in _FEATURES if feats.get(f)) or "none of " + ", ".join(_FEATURES)
+        lines.append(f"CPU as LLVM sees it: {cpu}; features: {have}; widest float32 vector: {w} lanes "
+                     "(from the features)")
+        lines.append(numpy_blas_report())
+        lines.append(f"float32 FMA peak (measured now, all cores at once, {w} lanes): {fma_peak():.0f} GFLOPS")
     except ImportError:
-        lines.append("float32 FMA peak: (install llvmlite to measure it)")
+        lines += ["CPU features, FMA peak: (install llvmlite to see them)", numpy_blas_report()]
     return "\n".join(lines)
+
+
+def load_now() -> str:
+    """The load average now (1, 5, 15 minutes), for the end of a run."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _blas_lines(user_apis=("blas",)) -> list[str]:
+    """threadpoolctl's view of the loaded thread pools: library, version, kernel, threads, file."""
+    from threadpoolctl import threadpool_info
+    return [" ".join(filter(None, (info.get("internal_api"), info.get("version"),
+                                   info.get("architecture") and f"kernel={info['architecture']}",
+                                   f"threads={info.get('num_threads')}",
+                                   f"({os.path.basename(info.get('filepath', ''))})")))
+            for info in threadpool_info() if info.get("user_api") in user_apis]
+
+
+def numpy_blas_report() -> str:
+    """The BLAS library numpy calls and the kernel it picked for this CPU (threadpoolctl)."""
+    try:
+        import numpy as np
+        np.ones(1) @ np.ones(1)
+        return "numpy BLAS: " + ("; ".join(_blas_lines()) or "(threadpoolctl sees none)")
+    except ImportError:
+        return "numpy BLAS: (install threadpoolctl to see which kernel runs)"
+
+
+def torch_report() -> str:
+    """PyTorch's CPU kernel libraries: its version, the ISA its kernels dispatch to, oneDNN (convolutions),
+    its BLAS, the threads (torch.__config__), and the thread pools threadpoolctl sees once it is loaded."""
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch: not installed"
+    import re
+    show = torch.__config__.show()
+    dnn = re.search(r"(?:MKL-DNN|oneDNN) (v[\d.]+)", show)
+    mkl = re.search(r"Math Kernel Library Version ([\d.]+)", show)
+    blas = re.search(r"BLAS_INFO=(\w+)", show)
+    out = (f"PyTorch {torch.__version__}: CPU kernels {torch.backends.cpu.get_cpu_capability()}, "
+           f"oneDNN {dnn.group(1) if dnn else 'none'}, BLAS {blas.group(1) if blas else '?'}"
+           f"{' ' + mkl.group(1) if mkl else ''}, {torch.get_num_threads()} threads")
+    try:
+        out += "; thread pools: " + "; ".join(_blas_lines(("blas", "openmp")))
+    except ImportError:
+        pass
+    return out
 
 
 def cpu_model() -> str:
@@ -40,6 +89,70 @@ def cpu_model() -> str:
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or "unknown CPU"
+
+
+@dataclass
+class TaskResult:
+    """One task's tuning over every template that served it: `tunekit.tune` returns one TaskState per
+    (task, template); this is what the task got, as a TaskState would say it for a single template.
+
+    Attributes:
+        name: the task's name (its workload name, else op(args)).
+        workload: the workload key the templates' states share (`TaskKey.workload`).
+        flops: the task's flop count.
+        states: its TaskStates, one per template.
+        trials: every known trial of the task (earlier runs too), all templates, in the order measured.
+        curve: the task's best cost (seconds) after each of `trials` (inf before the first ok one).
+        best: the fastest ok trial of any template, or None; template: its template's name.
+        done: trials of this run, all templates.
+        tuner_s, measure_s: the tuner's own time (fitting, proposing) and measuring time, all templates.
+    """
+    name: str
+    workload: str
+    flops: int
+    states: list = field(repr=False)
+    trials: list = field(repr=False)
+    curve: list
+    best: object
+    template: str | None
+    done: int
+    tuner_s: float
+    measure_s: float
+
+    @property
+    def best_gflops(self) -> float:
+        return self.best.gflops(self.flops) if self.best is not None else 0.0
+
+    def gflops_curve(self, last: int | None = None) -> list[float]:
+        """Best GFLOPS so far after each trial (of the `last` trials only, when given; 0 before an ok one)."""
+        curve = self.curve if last is None else self.curve[len(self.curve) - last:] if last > 0 else []
+        return [self.flops / c / 1e9 if c != float("inf") else 0.0 for c in curve]
+
+
+def per_task(states) -> list[TaskResult]:
+    """Group `tunekit.tune`'s TaskStates by task (their workload key), in the order the tasks came: each
+    task's best is the fastest ok trial of any of its templates, its trials the sum over them, its curve the
+    best so far after each of its trials, all templates merged in the order they were measured."""
+    groups: dict[str, list] = {}
+    for st in states:
+        groups.setdefault(st.key.workload, []).append(st)
+    out = []
+    for key, sts in groups.items():
+        # (timestamp, template, order) keeps each template's own order where timestamps tie
+        merged = sorted(((t.timestamp, k, i), t) for k, st in enumerate(sts) for i, t in enumerate(st.trials))
+        trials = [t for _, t in merged]
+        curve, best = [], None
+        for t in trials:
+            if t.ok and (best is None or t.cost < best.cost):
+                best = t
+            curve.append(best.cost if best is not None else float("inf"))
+        owner = next((st for st in sts if best is not None and any(t is best for t in st.trials)), None)
+        out.append(TaskResult(
+            name=sts[0].ts.task.name, workload=key, flops=sts[0].ts.task.flops, states=sts, trials=trials,
+            curve=curve, best=best, template=owner.ts.template.name if owner else None,
+            done=sum(st.done for st in sts), tuner_s=sum(st.fit_s + st.propose_s for st in sts),
+            measure_s=sum(st.measure_s for st in sts)))
+    return out
 
 
 def _child(fn, args, q):
@@ -81,13 +194,20 @@ def time_fn(fn, min_s: float = 0.2, repeat: int = 5) -> list[float]:
 
 
 def alternate(sides: dict, rounds: int = 3) -> dict:
-    """Time each side in its own process, alternating, `rounds` times.
-    sides: name -> (fn, args) with fn returning a list of seconds."""
-    got = {k: [] for k in sides}
-    for _ in range(rounds):
-        for name, (fn, args) in sides.items():
-            got[name] += in_process(fn, *args)
-    return {k: (statistics.median(v), min(v), max(v)) for k, v in got.items()}
+    """Time each side in its own fresh process, `rounds` rounds, the order of the sides rotating from
+    round to round (ABC, BCA, CAB, ...) so that no side always runs first or after the same one.
+    sides: name -> (fn, args), fn returning a list of seconds (its repeats; [] = nothing to time).
+
+    Returns name -> (median, min, max) over the rounds of each round's median (the headline and the
+    spread: never the best round alone), or None for a side that timed nothing."""
+    names = list(sides)
+    got: dict = {k: [] for k in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn, args = sides[name]
+            if secs := in_process(fn, *args):
+                got[name].append(statistics.median(secs))
+    return {k: (statistics.median(v), min(v), max(v)) if v else None for k, v in got.items()}
 
 
 _PEAK_IR = """

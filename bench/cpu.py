@@ -5,8 +5,10 @@ PyTorch CPU conv2d (oneDNN), per layer and geometric mean.
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/cpu.py [--quick] [--trials N]
 
 Needs `pip install torch==2.13.0 threadpoolctl` (benchmark only). Tuning resumes
-from bench/results/cpu.db; every best config is then re-timed beside its
-baseline, each side in its own process, alternating (median and spread).
+from bench/results/cpu.db, each task over every template that serves it (its
+trials are counted over all of them, its best is the fastest of any); every best
+config is then re-timed beside its baseline, each side in its own process, rounds
+alternating in rotating order: the median of the rounds and their spread (min-max).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import alternate, machine_report, time_fn
+from common import alternate, in_process, load_now, machine_report, numpy_blas_report, per_task, time_fn, torch_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -64,46 +66,52 @@ def main() -> None:
     ap.add_argument("--model", default="xgboost")
     ap.add_argument("--explorer", default="annealing")
     ap.add_argument("--layers", default=",".join(f"C{i}" for i in range(1, 13)))
+    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per side")
     ap.add_argument("--db", default=os.path.join(HERE, "results", "cpu.db"))
     a = ap.parse_args()
     trials = 64 if a.quick else a.trials
     os.makedirs(os.path.dirname(a.db), exist_ok=True)
     print(machine_report())
+    import tunekit
     from tunekit import registry
-    from tunekit.recipe.model import Recipe
-    from tunekit.tuning.progress import TuneProgress
-    from tunekit.tuning.tuner import Tuner
     layers = [f"resnet18.{c}" for c in a.layers.split(",") if c]
-    recipe = Recipe.from_dict({
-        "target": "x86", "tasks": ["matmul-1024", *layers], "model": a.model, "explorer": a.explorer,
-        "tuning": {"trials": trials, "seed": 0, "batch_size": 8}, "database": {"path": a.db}},
-        source="bench/cpu.py")
-    states = Tuner(recipe, TuneProgress()).run()
-    used = {st.ts.task.name: st.done for st in states}
+    # each task is tuned over every template that serves it; a task's result is its best over them
+    states = tunekit.tune(["matmul-1024", *layers], target="x86", model=a.model, explorer=a.explorer, trials=trials,
+                          seed=0, database=a.db, tuning={"batch_size": 8}, progress=True)
+    tasks = {t.name: t for t in per_task(states)}
 
-    print(f"\n(a) matmul 1024 float32 ({used['matmul-1024']} trials), median of 3 alternating rounds (min-max):")
+    # the baselines' libraries as their own processes load them (this one has loaded others' while tuning)
+    print(f"\nbaselines: {in_process(numpy_blas_report)}\n           {in_process(torch_report)}")
+    mm = tasks["matmul-1024"]
+    print(f"\n(a) matmul 1024 float32 ({len(mm.trials)} trials over templates "
+          f"{', '.join(st.ts.template.name for st in mm.states)}; best {mm.template}), "
+          f"median of {a.rounds} rotating rounds (min-max):")
     res = alternate({"numpy": (numpy_matmul, (1024,)),
-                     "tunekit": (tunekit_kernel, ("matmul", dict(M=1024, N=1024, K=1024), a.db))})
+                     "tunekit": (tunekit_kernel, ("matmul", dict(M=1024, N=1024, K=1024), a.db))}, a.rounds)
     fl = 2 * 1024 ** 3
     for name, (med, lo, hi) in res.items():
         print(f"  {name:8s} {fl / med / 1e9:7.1f} GFLOPS  ({fl / hi / 1e9:.1f}-{fl / lo / 1e9:.1f})")
     print(f"  ratio tunekit/numpy: {res['numpy'][0] / res['tunekit'][0]:.2f}")
 
-    print("\n(b) ResNet-18 conv2d vs PyTorch CPU (oneDNN), float32, batch 1:")
-    print(f"  {'layer':6s} {'trials':>6s} {'torch ms':>9s} {'tunekit ms':>10s} {'torch GF':>9s} {'tunekit GF':>10s}"
-          f" {'ratio':>6s}")
+    print(f"\n(b) ResNet-18 conv2d vs PyTorch CPU (oneDNN), float32, batch 1; ms: median of {a.rounds} rotating "
+          "rounds (min-max); trials: the task's, all its templates together; template: its best's")
+    print(f"  {'layer':6s} {'trials':>6s} {'template':>8s} {'torch ms':>21s} {'tunekit ms':>21s} {'torch GF':>9s} "
+          f"{'tunekit GF':>10s} {'ratio':>6s}")
+    ms = lambda r: f"{r[0] * 1e3:.3f} ({r[1] * 1e3:.3f}-{r[2] * 1e3:.3f})"
     ratios = []
     for w in layers:
         op, args = registry().workload(w)
-        flops = registry().op(op).flops(**registry().op(op).canonical(args))
+        t = tasks[w]
         r = alternate({"torch": (torch_conv, (registry().op(op).canonical(args),)),
-                       "tunekit": (tunekit_kernel, (op, args, a.db))}, rounds=2)
+                       "tunekit": (tunekit_kernel, (op, args, a.db))}, a.rounds)
         ratio = r["torch"][0] / r["tunekit"][0]
         ratios.append(ratio)
-        print(f"  {w.split('.')[1]:6s} {used[w]:6d} {r['torch'][0] * 1e3:9.3f} {r['tunekit'][0] * 1e3:10.3f} "
-              f"{flops / r['torch'][0] / 1e9:9.1f} {flops / r['tunekit'][0] / 1e9:10.1f} {ratio:6.2f}")
+        print(f"  {w.split('.')[1]:6s} {len(t.trials):6d} {t.template or '-':>8s} {ms(r['torch']):>21s} "
+              f"{ms(r['tunekit']):>21s} {t.flops / r['torch'][0] / 1e9:9.1f} {t.flops / r['tunekit'][0] / 1e9:10.1f} "
+              f"{ratio:6.2f}")
     if ratios:
         print(f"  geometric mean ratio tunekit/torch: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}")
+    print(f"\nmachine load now {load_now()}")
 
 
 if __name__ == "__main__":

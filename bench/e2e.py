@@ -1,19 +1,27 @@
 """Whole networks, end to end: tunekit's tuned kernels against onnxruntime (CPU, all
-cores) and PyTorch CPU eager (all cores) on the same ONNX file, weights and input,
-measured in the same run, each side in its own process, alternating; the latency
-after 0, 16 and 64 (--quick: 0, 8, 32) trials per task (a curve, PNG), the wall
-time of tuning, a per-layer table, and how far the outputs are from onnxruntime's.
+cores) and PyTorch CPU eager (the torch.nn module itself, eval mode, inference_mode,
+all cores), with the same weights and input, measured in the same run: each side in
+its own process, rounds alternating in rotating order; the headline is the median of
+the rounds, with their spread (min-max). The latency after 0, 16 and 64 (--quick: 0,
+8, 32) trials per task (a curve, PNG), the wall time of tuning, a per-layer table;
+the outputs are asserted to agree (PyTorch's and onnxruntime's before tuning,
+tunekit's tuned network's with both after).
 
-    python bench/e2e.py [--quick] [--nets resnet18,mobilenet_v2] [--size 224]
+    python bench/e2e.py [--quick] [--nets resnet18,mobilenet_v2] [--size 224] [--stages 16,64] [--rounds 3]
 
-The networks are examples/networks.py's (ResNet-18, MobileNet-v2) and
-examples/small_net.py's, with seeded weights, written at --size x --size. Tuning
-resumes from bench/results/e2e/ (xgboost + annealing, the network's tasks weighted
-by their counts, each task over every template that serves it).
+The networks are examples/networks.py's ResNet-18 and MobileNet-v2 (torch.nn modules
+with seeded weights, exported to ONNX with torch.onnx.export: the file and the module
+hold the same weights) and examples/small_net.py's (ONNX only: no PyTorch side),
+written at --size x --size. Needs `pip install torch==2.13.0 onnxruntime threadpoolctl`
+(without torch the networks are written with onnx.helper and PyTorch is left out).
+Tuning resumes from bench/results/e2e/ (xgboost + annealing, the network's tasks
+weighted by their counts, each task over every template that serves it).
+PyTorch runs in processes of its own only: the tuner's process never imports it.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -21,14 +29,24 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from common import alternate, machine_report, time_fn
+from common import alternate, in_process, load_now, machine_report, per_task, time_fn, torch_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_NETS = ("resnet18", "mobilenet_v2")   # the nets examples/networks.py defines as torch.nn modules
 
 
 def _input(shape):
     import numpy as np
     return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
+def write_net(net: str, path: str, size: int, torch: bool) -> str:
+    """Write the network's ONNX file (a spawned process: PyTorch stays out of the tuner's)."""
+    if net == "small_net":
+        from small_net import small_net
+        return small_net(path, size=size)
+    import networks
+    return getattr(networks, net)(path, size=size, exporter="torch" if torch else "onnx")
 
 
 def _compiled(path: str, db: str | None):
@@ -56,7 +74,7 @@ def _ort(path: str):
     opts.intra_op_num_threads = os.cpu_count()
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     inp = sess.get_inputs()[0]
-    return (lambda x: sess.run(None, {inp.name: x})), inp.shape
+    return (lambda x: sess.run(None, {inp.name: x})[0]), inp.shape
 
 
 def ort_times(path: str) -> list[float]:
@@ -65,26 +83,51 @@ def ort_times(path: str) -> list[float]:
     return time_fn(lambda: run(x), min_s=0.3, repeat=7)
 
 
-def torch_times(path: str) -> list[float]:
-    import torch
-    from torch_onnx import torch_model
-    torch.set_num_threads(os.cpu_count())
-    run, shape = torch_model(path)
-    x = _input(shape)
-    return time_fn(lambda: run(x), min_s=0.3, repeat=7)
-
-
-def agreement(path: str, model) -> str:
-    """The largest difference of tunekit's and PyTorch's outputs from onnxruntime's on one input."""
-    import numpy as np
-    from torch_onnx import torch_model
+def ort_output(path: str):
     run, shape = _ort(path)
-    x = _input(shape)
-    ref = run(x)[0]
-    tk, pt = model(x)[0], torch_model(path)[0](x)[0]
-    scale = float(np.abs(ref).max())
-    return (f"max |difference| from onnxruntime's output (max |output| {scale:.3g}): tunekit "
-            f"{float(np.abs(tk - ref).max()):.2e}, PyTorch {float(np.abs(pt - ref).max()):.2e}")
+    return run(_input(shape))
+
+
+def ort_report() -> str:
+    import onnxruntime as ort
+    return (f"onnxruntime {ort.__version__}: CPUExecutionProvider (its own MLAS kernels), "
+            f"{os.cpu_count()} intra-op threads")
+
+
+def _torch(net: str, size: int):
+    """The network's torch.nn module (eval mode, the seeded weights of its ONNX file) and its input."""
+    import networks
+    import torch
+    torch.set_num_threads(os.cpu_count())
+    return getattr(networks, f"{net}_module")(), torch.from_numpy(_input((1, 3, size, size)))
+
+
+def torch_times(net: str, size: int) -> list[float]:
+    import torch
+    module, x = _torch(net, size)
+    with torch.inference_mode():
+        return time_fn(lambda: module(x), min_s=0.3, repeat=7)
+
+
+def torch_output(net: str, size: int):
+    import torch
+    module, x = _torch(net, size)
+    with torch.inference_mode():
+        return module(x).numpy()
+
+
+def check(outputs: dict, ref: str) -> str:
+    """Assert that every output agrees with `ref`'s (rtol 1e-3, atol 1e-4 of its largest magnitude);
+    returns the differences as a line."""
+    import numpy as np
+    want = outputs[ref]
+    scale = float(np.abs(want).max())
+    diffs = {k: float(np.abs(v - want).max()) for k, v in outputs.items() if k != ref}
+    for k, v in outputs.items():
+        assert v.shape == want.shape and np.allclose(v, want, rtol=1e-3, atol=1e-4 * scale), \
+            f"{k}'s output differs from {ref}'s by up to {diffs[k]:.3g} (max |output| {scale:.3g})"
+    return (f"outputs agree: max |difference| from {ref}'s (max |output| {scale:.3g}): "
+            + ", ".join(f"{k} {d:.2e}" for k, d in diffs.items()))
 
 
 def main() -> None:
@@ -92,26 +135,41 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="0, 8 and 32 trials per task")
     ap.add_argument("--nets", default="resnet18,mobilenet_v2", help="resnet18, mobilenet_v2, small_net")
     ap.add_argument("--size", type=int, default=224, help="input height and width")
+    ap.add_argument("--stages", default=None,
+                    help="trials per task to tune to, in turn, after the untuned run (default 16,64; --quick 8,32; "
+                         "0: untuned only)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per side")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "e2e"))
     a = ap.parse_args()
+    stages = sorted({int(s) for s in (a.stages or ("8,32" if a.quick else "16,64")).split(",") if s} - {0})
+    has_torch = importlib.util.find_spec("torch") is not None
     print(machine_report())
+    print(in_process(ort_report))
+    print(in_process(torch_report) if has_torch else "PyTorch: not installed (no PyTorch side)")
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
-    curves = {net: bench(net, a.size, a.out, (8, 32) if a.quick else (16, 64)) for net in a.nets.split(",")}
-    print(f"\nwhole benchmark: {time.monotonic() - t0:.0f} s; machine load now "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch) for net in a.nets.split(",")}
+    print(f"\nwhole benchmark: {time.monotonic() - t0:.0f} s; machine load now {load_now()}")
     plot(curves, os.path.join(a.out, f"e2e_{a.size}.png"))
 
 
-def bench(net: str, size: int, out: str, stages: tuple) -> dict:
-    import networks
-    from small_net import small_net
+def _ms(r) -> str:
+    med, lo, hi = r
+    return f"{med * 1e3:.3f} ms ({lo * 1e3:.3f}-{hi * 1e3:.3f})"
 
+
+def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: bool) -> dict:
     import tunekit
-    make = {"small_net": small_net, "resnet18": networks.resnet18, "mobilenet_v2": networks.mobilenet_v2}[net]
-    path = make(os.path.join(out, f"{net}_{size}.onnx"), size=size)
-    print(f"\n{net} {size}x{size}:")
-    points = {"tunekit": [], "onnxruntime": [], "pytorch": []}
+    torch_side = has_torch and net in TORCH_NETS
+    path = in_process(write_net, net, os.path.join(out, f"{net}_{size}.onnx"), size, torch_side)
+    print(f"\n{net} {size}x{size}" + ("" if torch_side else " (no PyTorch module: onnxruntime and tunekit only)"))
+    if torch_side:   # the module and the file hold the same network, else the comparison means nothing
+        print("  " + check({"onnxruntime": in_process(ort_output, path),
+                            "pytorch": in_process(torch_output, net, size)}, "onnxruntime"))
+    sides = {"tunekit": None, "onnxruntime": (ort_times, (path,))}
+    if torch_side:
+        sides["pytorch"] = (torch_times, (net, size))
+    points = {side: [] for side in sides}
     t_tune, db = 0.0, None
     for trials in (0, *stages):
         if trials:
@@ -124,26 +182,32 @@ def bench(net: str, size: int, out: str, stages: tuple) -> dict:
             states = tunekit.tune([{"model": path}], target="x86", model="xgboost", explorer="annealing",
                                   trials=trials, database=db, tuning={"batch_size": 8})
             t_tune += time.monotonic() - t0
-            print(f"tuned to {trials} trials per task: {sum(st.done for st in states)} trials of "
-                  f"{len({st.key.workload for st in states})} tasks ({len(states)} task-templates) in "
-                  f"{time.monotonic() - t0:.0f} s (a resumed run measures only what is missing); "
+            tasks = per_task(states)
+            print(f"  tuned to {trials} trials per task: {sum(t.done for t in tasks)} trials this run, "
+                  f"{sum(len(t.trials) for t in tasks)} known, over {len(tasks)} tasks ({len(states)} task-templates) "
+                  f"in {time.monotonic() - t0:.0f} s (a resumed run measures only what is missing); "
                   f"tuning so far {t_tune:.0f} s")
-        r = alternate({"onnxruntime": (ort_times, (path,)), "pytorch": (torch_times, (path,)),
-                       "tunekit": (tunekit_times, (path, db))})
+        sides["tunekit"] = (tunekit_times, (path, db))
+        r = alternate(sides, rounds)
         for side in points:
             points[side].append((trials, r[side][0]))
-        (ort, ort_lo, ort_hi), (pt, pt_lo, pt_hi), (tk, tk_lo, tk_hi) = r["onnxruntime"], r["pytorch"], r["tunekit"]
-        print(f"  latency after {trials:3d} trials/task (median of 3 alternating rounds, min-max): tunekit "
-              f"{tk * 1e3:.3f} ms ({tk_lo * 1e3:.3f}-{tk_hi * 1e3:.3f}), onnxruntime {ort * 1e3:.3f} ms "
-              f"({ort_lo * 1e3:.3f}-{ort_hi * 1e3:.3f}), PyTorch {pt * 1e3:.3f} ms ({pt_lo * 1e3:.3f}-"
-              f"{pt_hi * 1e3:.3f}): tunekit is {ort / tk:.2f}x onnxruntime's speed, {pt / tk:.2f}x PyTorch's")
+        tk = r["tunekit"][0]
+        vs = [f"onnxruntime {_ms(r['onnxruntime'])}"] + ([f"PyTorch {_ms(r['pytorch'])}"] if torch_side else [])
+        speed = [f"{r['onnxruntime'][0] / tk:.2f}x onnxruntime's speed"] + \
+            ([f"{r['pytorch'][0] / tk:.2f}x PyTorch's"] if torch_side else [])
+        print(f"  latency after {trials:3d} trials/task, median of {rounds} rotating rounds (min-max): "
+              f"tunekit {_ms(r['tunekit'])}, {', '.join(vs)}: tunekit is {', '.join(speed)}")
     model = _compiled(path, db)
-    print("  " + agreement(path, model))
+    outs = {"onnxruntime": in_process(ort_output, path), "tunekit": model(_input((1, 3, size, size)))[0]}
+    if torch_side:
+        outs["pytorch"] = in_process(torch_output, net, size)
+    print("  tuned: " + check(outs, "onnxruntime"))
     rows = model.profile(repeat=20)
     total = sum(r["seconds"] for r in rows)
     print(f"per layer of {net} (tuned):")
+    width = max(len(r["layer"]) for r in rows)
     for r in rows:
-        print(f"  {r['layer']:8s} {r['op']:17s} {r['template']:7s} {r['seconds'] * 1e3:7.3f} ms "
+        print(f"  {r['layer']:{width}s} {r['op']:17s} {r['template']:7s} {r['seconds'] * 1e3:7.3f} ms "
               f"{r['seconds'] / total:5.0%} {r['gflops']:7.1f} GFLOPS {'tuned' if r['tuned'] else 'fallback'}")
     print(f"  activation buffers {model.peak_bytes / 2**20:.2f} MiB; layer sum {total * 1e3:.3f} ms, "
           f"median run {statistics.median(run_times(model)) * 1e3:.3f} ms")
@@ -170,10 +234,11 @@ def plot(curves: dict, png: str) -> None:
         print("(install matplotlib for the latency curve PNG)")
         return
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), squeeze=False)
+    styles = {"tunekit": "o-", "onnxruntime": "s--", "pytorch": "^:"}
     for ax, (net, points) in zip(axes[0], curves.items()):
-        for side, style in (("tunekit", "o-"), ("onnxruntime", "s--"), ("pytorch", "^:")):
-            xs, ys = zip(*points[side])
-            ax.plot(xs, [y * 1e3 for y in ys], style, label=side)
+        for side, pts in points.items():
+            xs, ys = zip(*pts)
+            ax.plot(xs, [y * 1e3 for y in ys], styles[side], label=side)
         ax.set(title=net, xlabel="trials per task", ylabel="latency (ms)")
         ax.set_ylim(bottom=0)
         ax.legend()

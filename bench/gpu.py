@@ -6,8 +6,10 @@ cuBLAS / cuDNN in the same run.
 Needs a CUDA machine: pycuda for tunekit's cuda target, and PyTorch (cuBLAS and
 cuDNN, TF32 disabled so float32 is float32, cudnn.benchmark on) or CuPy (cuBLAS
 only: convolutions get no baseline) for the baselines. Tuning resumes from
-bench/results/gpu.db. Each best config is then re-timed with CUDA events beside
-its baseline, each side in its own process, alternating; the table gives GFLOPS,
+bench/results/gpu.db, each task over every template that serves it (its trials are
+counted over all of them, its best is the fastest of any). Each best config is then
+re-timed with CUDA events beside its baseline, each side in its own process, rounds
+alternating in rotating order; the table gives GFLOPS (median of the rounds, min-max),
 the ratio tunekit/baseline (> 1: tunekit is faster) and their geometric mean.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import in_process, machine_report
+from common import alternate, in_process, load_now, machine_report, per_task
 
 TASKS = ["matmul-1024", "matmul-4096"] + [f"resnet18.C{i}" for i in range(1, 13)]
 
@@ -109,6 +111,17 @@ def baseline_side(name: str, which: str) -> list[float]:
     return costs
 
 
+def baseline_report(which: str) -> str:
+    """The baseline's GPU libraries (a spawned process)."""
+    if which == "torch":
+        import torch
+        return (f"PyTorch {torch.__version__}: CUDA {torch.version.cuda}, cuBLAS, cuDNN "
+                f"{torch.backends.cudnn.version()} (TF32 off, cudnn.benchmark on) on {torch.cuda.get_device_name()}")
+    import cupy
+    return (f"CuPy {cupy.__version__}: CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, cuBLAS "
+            f"{cupy.cuda.cublas.getVersion(cupy.cuda.device.get_cublas_handle())} (matmul only)")
+
+
 def pick_baseline(which: str) -> str | None:
     import importlib.util
     order = ["torch", "cupy"] if which == "auto" else [which]
@@ -133,48 +146,46 @@ def main() -> None:
     os.makedirs(os.path.dirname(a.db), exist_ok=True)
     print(machine_report())
 
+    import tunekit
     from tunekit import registry
-    from tunekit.recipe.model import Recipe
-    from tunekit.tuning.progress import TuneProgress
-    from tunekit.tuning.tuner import Tuner
-    why = registry().component("target", "cuda").available()
+    cuda = registry().component("target", "cuda")
+    why = cuda.available()
     if why:
         sys.exit(f"bench/gpu.py needs a CUDA GPU: {why}")
     comps = registry().components
     model = a.model if a.model in comps["cost model"] and comps["cost model"][a.model].obj.available() is None \
         else "random"
     explorer = a.explorer if a.explorer in comps["explorer"] else "random"
-    recipe = Recipe.from_dict({
-        "target": {"name": "cuda"}, "tasks": [task_spec(n) for n in names],
-        "model": {"name": model}, "explorer": {"name": explorer},
-        "tuning": {"trials": 64 if a.quick else a.trials, "seed": 0},
-        "database": {"path": a.db},
-    }, source="bench/gpu.py")
-    tuner = Tuner(recipe, TuneProgress())
-    print(f"device: {tuner.target.device().name}; model {model}, explorer {explorer}")
-    states = tuner.run()
+    print(f"device: {cuda().device().name}; model {model}, explorer {explorer}")
+    # each task is tuned over every template that serves it (the best of any is the task's)
+    states = tunekit.tune([task_spec(n) for n in names], target="cuda", model=model, explorer=explorer,
+                          trials=64 if a.quick else a.trials, seed=0, database=a.db, progress=True)
+    results = {t.workload: t for t in per_task(states)}
 
     base = pick_baseline(a.baseline)
-    print(f"\nbaseline: {base or 'none (install torch or cupy)'}; median of {a.rounds} alternating rounds x 5 repeats")
-    print(f"{'task':14s} {'trials':>6} {'tunekit GFLOPS':>15} {'baseline GFLOPS':>16} {'ratio':>6}")
+    print(f"\nbaseline: {in_process(baseline_report, base) if base else 'none (install torch or cupy)'}")
+    print(f"median of {a.rounds} rotating rounds (min-max), each side in its own process; trials: the task's, "
+          "all its templates together; template: its best's")
+    print(f"{'task':14s} {'trials':>6} {'template':>8} {'tunekit GFLOPS':>20} {'baseline GFLOPS':>20} {'ratio':>6}")
     ratios = []
-    for name, st in zip(names, states):
-        flops = st.ts.task.flops
-        tk, bl = [], []
-        for _ in range(a.rounds):
-            tk += in_process(tunekit_side, name, a.db)
-            if base:
-                bl += in_process(baseline_side, name, base)
-        med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
-        t, b = med(tk), med(bl)
-        g = lambda s, f=flops: f"{f / s / 1e9:.0f}" if s else "-"
-        ratio = b / t if t and b else None
+    for name in names:
+        spec = task_spec(name)
+        t = results[tunekit.Task(spec.get("op"), spec.get("args"), workload=spec.get("workload")).key]
+        sides = {"tunekit": (tunekit_side, (name, a.db))}
+        if base:
+            sides["baseline"] = (baseline_side, (name, base))
+        r = alternate(sides, a.rounds)
+        tk, bl = r["tunekit"], r.get("baseline")
+        g = lambda m, f=t.flops: f"{f / m[0] / 1e9:.0f} ({f / m[2] / 1e9:.0f}-{f / m[1] / 1e9:.0f})" if m else "-"
+        ratio = bl[0] / tk[0] if tk and bl else None
         if ratio:
             ratios.append(ratio)
-        print(f"{name:14s} {len(st.trials):6d} {g(t):>15} {g(b):>16} {f'{ratio:.2f}' if ratio else '-':>6}")
+        print(f"{name:14s} {len(t.trials):6d} {t.template or '-':>8} {g(tk):>20} {g(bl):>20} "
+              f"{f'{ratio:.2f}' if ratio else '-':>6}")
     if ratios:
         print(f"geometric mean of tunekit/baseline: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f} "
               f"over {len(ratios)} tasks")
+    print(f"machine load now {load_now()}")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
     python bench/matmul.py [--quick] [--trials N] [--model random] [--explorer random]
 
 Resumes from its database (bench/results/matmul.db): rerunning skips what was
-measured. The best config and numpy are then re-timed side by side, each in its
-own process, alternating; the median and the spread are printed.
+measured. The task is tuned over every template that serves it; the best config
+of any and numpy are then re-timed side by side, each in its own process, rounds
+alternating in rotating order; the median of the rounds and their spread are printed.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import alternate, machine_report, time_fn
+from common import alternate, in_process, load_now, machine_report, numpy_blas_report, per_task, time_fn
 
 N = 1024
 FLOPS = 2 * N ** 3
@@ -49,33 +50,31 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=128)
     ap.add_argument("--model", default="random")
     ap.add_argument("--explorer", default="random")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per side")
     ap.add_argument("--db", default=os.path.join(os.path.dirname(__file__), "results", "matmul.db"))
     a = ap.parse_args()
     os.makedirs(os.path.dirname(a.db), exist_ok=True)
     trials = 32 if a.quick else a.trials
     print(machine_report())
 
-    from tunekit.recipe.model import Recipe
-    from tunekit.tuning.progress import TuneProgress
-    from tunekit.tuning.tuner import Tuner
-    recipe = Recipe.from_dict({
-        "target": {"name": "x86"},
-        "tasks": [{"op": "matmul", "args": {"M": N, "N": N, "K": N}}],
-        "model": {"name": a.model}, "explorer": {"name": a.explorer},
-        "tuning": {"trials": trials, "seed": 0},
-        "database": {"path": a.db},
-    }, source="bench/matmul.py")
-    states = Tuner(recipe, TuneProgress()).run()
-    st = states[0]
-    print(f"tuning: {st.done} trials this run, {len(st.trials)} known, best {st.best_gflops:.1f} GFLOPS "
-          f"during tuning; tuner {st.fit_s + st.propose_s:.1f} s, measuring {st.measure_s:.1f} s")
+    import tunekit
+    # the task is tuned over every template that serves it (the best of any is the task's)
+    states = tunekit.tune([{"op": "matmul", "args": {"M": N, "N": N, "K": N}}], target="x86", model=a.model,
+                          explorer=a.explorer, trials=trials, seed=0, database=a.db, progress=True)
+    (t,) = per_task(states)
+    print(f"tuning: {t.done} trials this run, {len(t.trials)} known, over templates "
+          + ", ".join(f"{st.ts.template.name} ({len(st.trials)} trials, best {st.best_gflops:.1f} GFLOPS)"
+                      for st in t.states)
+          + f"; best {t.best_gflops:.1f} GFLOPS ({t.template}) during tuning; tuner {t.tuner_s:.1f} s, "
+          f"measuring {t.measure_s:.1f} s")
 
-    res = alternate({"numpy": (numpy_side, (N,)), "tunekit": (tunekit_side, (N, a.db))})
-    print(f"\nmatmul {N}x{N}x{N} float32, median of 3 alternating rounds x 5 repeats (min-max):")
+    print(f"baseline: {in_process(numpy_blas_report)}")
+    res = alternate({"numpy": (numpy_side, (N,)), "tunekit": (tunekit_side, (N, a.db))}, a.rounds)
+    print(f"\nmatmul {N}x{N}x{N} float32, median of {a.rounds} rotating rounds (min-max):")
     for name, (med, lo, hi) in res.items():
         print(f"  {name:8s} {FLOPS / med / 1e9:7.1f} GFLOPS  ({FLOPS / hi / 1e9:.1f}-{FLOPS / lo / 1e9:.1f})")
     print(f"  ratio tunekit/numpy: {res['numpy'][0] / res['tunekit'][0]:.2f}")
-
+    print(f"machine load now {load_now()}")
 
 if __name__ == "__main__":
     main()

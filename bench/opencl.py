@@ -5,15 +5,17 @@ the best GFLOPS and the wall time after 100 and 300 trials.
 
 Uses the learning tuner (xgboost + annealing) when installed, else random search.
 Resumes from its database (bench/results/opencl.db): rerunning skips what was
-measured; the checkpoints are read from the trials in the order they were
-measured, their wall time from the trials' timestamps. The best config is then
-re-timed with OpenCL events beside numpy (OpenBLAS), each in its own process,
-alternating. A peer is measured in the same run: a hand-written local-memory tiled
-matmul in the style Kernel Tuner's example tunes (work-items own columns strided by
-the group width, tiles staged in __local), timed over its whole parameter grid on
-the same device. For scale (not measured here): the issue quotes Kernel Tuner 1.5
-at about 470-500 GFLOPS (N=512) after 300 evaluations; compare it with the FMA
-peak the machine report measures.
+measured. The task is tuned over every template that serves it; the checkpoints
+are read from its trials, all templates together, in the order they were
+measured, their wall time from the trials' timestamps. The best config of any is
+then re-timed with OpenCL events beside numpy (OpenBLAS), each in its own process,
+rounds alternating in rotating order (the median of the rounds, min-max). A peer
+is measured in the same run: a hand-written local-memory tiled matmul in the style
+Kernel Tuner's example tunes (work-items own columns strided by the group width,
+tiles staged in __local), timed over its whole parameter grid on the same device.
+For scale (not measured here): the issue quotes Kernel Tuner 1.5 at about 470-500
+GFLOPS (N=512) after 300 evaluations; compare it with the FMA peak the machine
+report measures.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import alternate, in_process, machine_report, time_fn
+from common import alternate, in_process, load_now, machine_report, numpy_blas_report, per_task, time_fn
 
 N = 512
 FLOPS = 2 * N ** 3
@@ -167,39 +169,40 @@ def main() -> None:
     ap.add_argument("--explorer", default="annealing")
     ap.add_argument("--device", default="", help="OpenCL device: index or name substring (default: first)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--marks", default=None, help="checkpoints, trials (default 100,300; --quick 20,50)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per side")
     ap.add_argument("--db", default=os.path.join(os.path.dirname(__file__), "results", "opencl.db"))
     a = ap.parse_args()
     os.makedirs(os.path.dirname(a.db), exist_ok=True)
-    marks = (20, 50) if a.quick else (100, 300)
+    marks = tuple(int(m) for m in (a.marks or ("20,50" if a.quick else "100,300")).split(","))
     print(machine_report())
 
-    from tunekit.recipe.model import Recipe
-    from tunekit.tuning.progress import TuneProgress
-    from tunekit.tuning.tuner import Tuner
+    import tunekit
+    from tunekit import registry
     model, explorer = pick("cost model", a.model, "random"), pick("explorer", a.explorer, "random")
-    recipe = Recipe.from_dict({
-        "target": {"name": "opencl", "device": a.device},
-        "tasks": [{"op": "matmul", "args": {"M": N, "N": N, "K": N}}],
-        "model": {"name": model}, "explorer": {"name": explorer},
-        "tuning": {"trials": max(marks), "seed": a.seed},
-        "measure": {"number": 2, "repeat": 3, "min_repeat_ms": 20},
-        "database": {"path": a.db},
-    }, source="bench/opencl.py")
-    tuner = Tuner(recipe, TuneProgress())
-    print(f"device: {tuner.target.device().name} ({tuner.target.device().extra.get('platform', '?')}); "
-          f"model {model}, explorer {explorer}")
-    st = tuner.run()[0]
-    print(f"tuning: {st.done} trials this run, {len(st.trials)} known, {st.errors} failed this run; "
-          f"tuner {st.fit_s + st.propose_s:.1f} s, measuring {st.measure_s:.1f} s")
-    print(f"\nmatmul {N}^3 float32 on OpenCL, template {st.ts.template.name!r}")
+    cls = registry().component("target", "opencl")
+    dev = cls(cls.Options(device=a.device)).device()
+    print(f"device: {dev.name} ({dev.extra.get('platform', '?')}); model {model}, explorer {explorer}")
+    # the task is tuned over every template that serves it: its trials and checkpoints count all of them
+    states = tunekit.tune([{"op": "matmul", "args": {"M": N, "N": N, "K": N}}],
+                          target={"name": "opencl", "device": a.device}, model=model, explorer=explorer,
+                          trials=max(marks), seed=a.seed, database=a.db, progress=True,
+                          measure={"number": 2, "repeat": 3, "min_repeat_ms": 20})
+    (t,) = per_task(states)
+    print(f"tuning: {t.done} trials this run, {len(t.trials)} known, {sum(st.errors for st in t.states)} failed "
+          f"this run; tuner {t.tuner_s:.1f} s, measuring {t.measure_s:.1f} s")
+    print(f"\nmatmul {N}^3 float32 on OpenCL, templates "
+          + ", ".join(f"{st.ts.template.name} ({len(st.trials)} trials, best {st.best_gflops:.1f} GFLOPS)"
+                      for st in t.states) + "; the task's best so far over all of them:")
     print(f"  {'trials':>6}  {'best GFLOPS':>11}  {'wall s':>7}")
-    for k, best, wall in checkpoints(st.trials, marks):
+    for k, best, wall in checkpoints(t.trials, marks):
         print(f"  {k:6d}  {best:11.1f}  {wall:7.0f}")
-    if st.best is not None:
-        print(f"  best config: {st.best.config}")
+    if t.best is not None:
+        print(f"  best config: template {t.template}, {t.best.config}")
 
-    res = alternate({"numpy": (numpy_side, (N,)), "tunekit": (tunekit_side, (N, a.db, a.device))})
-    print("\nre-timed, median of 3 alternating rounds x 5 repeats (min-max):")
+    print(f"\nbaseline: {in_process(numpy_blas_report)}")
+    res = alternate({"numpy": (numpy_side, (N,)), "tunekit": (tunekit_side, (N, a.db, a.device))}, a.rounds)
+    print(f"re-timed, median of {a.rounds} rotating rounds (min-max):")
     for name, (med, lo, hi) in res.items():
         print(f"  {name:8s} {FLOPS / med / 1e9:7.1f} GFLOPS  ({FLOPS / hi / 1e9:.1f}-{FLOPS / lo / 1e9:.1f})")
     gf, params, timed, crashed = peer(N, a.device)
@@ -209,6 +212,7 @@ def main() -> None:
     print(f"  ratio tunekit/numpy: {res['numpy'][0] / res['tunekit'][0]:.2f}")
     print(f"  vs Kernel Tuner's {PEER[0]}-{PEER[1]} GFLOPS quoted by the issue (another run, not this machine's "
           f"measurement): {tk / PEER[1]:.2f}-{tk / PEER[0]:.2f}")
+    print(f"machine load now {load_now()}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ finished runs.
 It prints, per layer and method, the median best GFLOPS over seeds at several
 trial counts and the trials each method needed to reach random search's best at N;
 it writes PNG plots next to the database. Last, best GFLOPS and tuning wall time
-of xgboost+annealing on matmul-1024 and resnet18.C6 at 64 and 256 trials.
+of xgboost+annealing on matmul-1024 and resnet18.C6 at 64 and 256 trials (--budget-trials).
+A layer tuned over several templates (--template '', and the budget part) is one task:
+its curve is its best so far after each of its trials, all templates merged in the
+order they were measured (bench/common.py's per_task).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import machine_report
+from common import load_now, machine_report, per_task
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = {
@@ -46,18 +49,19 @@ FIRST_LAYER_ONLY = ("xgb-reg+annealing", "treegru+annealing")   # rank vs regres
 def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfer: bool = False,
         times: dict | None = None, template: str | None = None) -> list[float]:
     """Tune one layer in database `db` (one database per search, so that no search
-    learns from another's trials); return the best-so-far GFLOPS after each trial."""
-    from tunekit.recipe.run import tune
+    learns from another's trials), on `template` or else on every template that serves it;
+    return the layer's best-so-far GFLOPS after each trial of this run, over all its templates."""
+    import tunekit
     os.makedirs(os.path.dirname(db), exist_ok=True)
     t0 = time.monotonic()
     task = {"workload": workload, "template": template} if template else workload
-    st = tune([task], target="x86", model=model, explorer=explorer, trials=trials, seed=seed,
-              database=db, tuning={"transfer": transfer, "batch_size": 8})[0]
-    if times is not None and st.done and st.measure_s:   # a resumed, finished run measures nothing
+    (res,) = per_task(tunekit.tune([task], target="x86", model=model, explorer=explorer, trials=trials, seed=seed,
+                                   database=db, tuning={"transfer": transfer, "batch_size": 8}))
+    if times is not None and res.done and res.measure_s:   # a resumed, finished run measures nothing
         times[f"{workload}|{json.dumps(model)}|{_name(explorer)}|{trials}|{seed}|{transfer}"] = {
-            "wall_s": time.monotonic() - t0, "tuner_s": st.fit_s + st.propose_s, "measure_s": st.measure_s}
-    flops = st.ts.task.flops
-    return [flops / c / 1e9 if c != float("inf") else 0.0 for c in st.curve[-st.done:]] if st.done else []
+            "wall_s": time.monotonic() - t0, "tuner_s": res.tuner_s, "measure_s": res.measure_s,
+            "best_template": res.template}
+    return res.gflops_curve(res.done)
 
 
 def db_for(root: str, *parts) -> str:
@@ -97,19 +101,23 @@ def main() -> None:
     ap.add_argument("--parts", default="search,transfer,budget", help="which parts to run")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help="which search methods to run besides random search, the baseline (default: all)")
+    ap.add_argument("--budget-trials", default=None,
+                    help="trial counts of the budget part (default 64,256; --quick 64)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "search"))
     a = ap.parse_args()
     if a.quick:
         a.trials, a.seeds, a.layers = 64, 2, "resnet18.C6"
+    a.budget_trials = [int(n) for n in (a.budget_trials or ("64" if a.quick else "64,256")).split(",") if n]
     os.makedirs(a.out, exist_ok=True)
     times_path = os.path.join(a.out, "times.json")
     times = json.load(open(times_path)) if os.path.exists(times_path) else {}
     print(machine_report())
     n = a.trials
     marks = sorted({n // 4, n // 2, n})
-    print(f"\nFigure 4/5: best GFLOPS found (median over {a.seeds} seeds) after "
-          f"{', '.join(map(str, marks))} trials")
     parts = a.parts.split(",")
+    if "search" in parts:
+        print(f"\nFigure 4/5: best GFLOPS found (median over {a.seeds} seeds) after "
+              f"{', '.join(map(str, marks))} trials")
     layers = a.layers.split(",")
     for layer in layers if "search" in parts else []:
         curves = {}
@@ -139,6 +147,7 @@ def main() -> None:
     if "budget" in parts:
         budget(a, times)
     json.dump(times, open(times_path, "w"), indent=1)
+    print(f"\nmachine load now {load_now()}")
 
 
 def transfer(a, n: int, times: dict) -> None:
@@ -173,15 +182,17 @@ def transfer(a, n: int, times: dict) -> None:
 
 def budget(a, times: dict) -> None:
     xgb = METHODS["xgb-rank+annealing"]
-    print("\nxgboost+annealing: best GFLOPS and tuning wall time (this machine)")
+    print("\nxgboost+annealing: best GFLOPS and tuning wall time (this machine), each task over every template "
+          "that serves it (trials: the task's, all templates together)")
     for workload in ("matmul-1024", "resnet18.C6"):
-        for trials in (64, 256) if not a.quick else (64,):
+        for trials in a.budget_trials:
             curve = run(db_for(a.out, "budget", f"{workload}-{trials}"), workload, xgb[0], xgb[1], trials, 0,
                         times=times)
             t = times.get(f"{workload}|{json.dumps(xgb[0])}|{_name(xgb[1])}|{trials}|0|False", {})
             share = t.get("tuner_s", 0) / t["wall_s"] if t.get("wall_s") else float("nan")
-            print(f"  {workload:12s} {trials:4d} trials: {at(curve, trials):7.1f} GFLOPS, "
-                  f"wall {t.get('wall_s', float('nan')):.0f} s, tuner's own time {share:.0%}")
+            print(f"  {workload:12s} {trials:4d} trials: {at(curve, trials):7.1f} GFLOPS "
+                  f"(template {t.get('best_template', '?')}), wall {t.get('wall_s', float('nan')):.0f} s, "
+                  f"tuner's own time {share:.0%}")
 
 
 if __name__ == "__main__":

@@ -1,90 +1,242 @@
-"""ResNet-18 and MobileNet-v2 (batch 1, float32, NCHW) as ONNX files with seeded random
-weights, built with onnx.helper: the architectures of the papers, nothing downloaded.
+"""ResNet-18 and MobileNet-v2 (batch 1, float32, NCHW) with seeded random weights, nothing downloaded:
+
+- `resnet18_module(seed)`, `mobilenet_v2_module(seed)`: the torchvision architectures as torch.nn
+  modules in eval mode, BatchNorm with non-trivial running statistics (so that folding it matters);
+- `resnet18(path, size)`, `mobilenet_v2(path, size)`: ONNX files of them (opset 17), exported from the
+  module by torch.onnx.export (the TorchScript exporter, BatchNormalization kept as its own node) when
+  PyTorch is installed, else written with onnx.helper: the same layers with the same weights (both
+  draw them from one seeded generator in the same order), so either file computes the same function.
 
     python examples/networks.py resnet18|mobilenet_v2 PATH [SIZE]
+
+Importing this file needs neither PyTorch nor onnx; each function imports what it uses.
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 import sys
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+
+# MobileNet-v2's inverted residual stages: expansion t, channels c, blocks n, first block's stride s
+MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1))
+RESNET18_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))   # channels, first block's stride; two blocks each
 
 
-class _Net:
+class _Weights:
+    """Seeded weights, drawn in the order the layers are defined (torch.nn's `modules()` order)."""
+
     def __init__(self, seed: int):
-        self.rng, self.inits, self.nodes, self.k = np.random.default_rng(seed), [], [], 0
+        self.rng = np.random.default_rng(seed)
+
+    def conv(self, cout: int, cin: int, k: int) -> np.ndarray:   # cin: per group
+        return (self.rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
+
+    def bn(self, c: int) -> list[np.ndarray]:   # scale, shift, running mean, running variance
+        return [v.astype(np.float32) for v in (self.rng.uniform(0.5, 1.0, c), self.rng.normal(0, 0.1, c),
+                                               self.rng.normal(0, 0.1, c), self.rng.uniform(0.5, 1.5, c))]
+
+    def fc(self, cout: int, cin: int) -> list[np.ndarray]:   # weight [out, in], bias
+        return [(self.rng.standard_normal((cout, cin)) * np.sqrt(1.0 / cin)).astype(np.float32),
+                self.rng.normal(0, 0.01, cout).astype(np.float32)]
+
+
+# --- torch.nn modules -------------------------------------------------------------------------------------------
+
+@functools.cache
+def _classes():
+    """The modules' classes, defined on first use (importing this file needs no PyTorch)."""
+    from torch import nn
+
+    class ConvBN(nn.Sequential):
+        """Conv (no bias, 'same' padding) + BatchNorm + an optional activation (torchvision's Conv2dNormActivation)."""
+        def __init__(self, cin, cout, k, stride=1, groups=1, act=nn.ReLU):
+            super().__init__(nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout),
+                             *([act(inplace=True)] if act else []))
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1, self.conv2 = ConvBN(cin, cout, 3, stride), ConvBN(cout, cout, 3, act=None)
+            self.downsample = ConvBN(cin, cout, 1, stride, act=None) if (stride, cin) != (1, cout) else None
+            self.relu = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            y = self.conv2(self.conv1(x))
+            return self.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+    class ResNet18(nn.Module):
+        def __init__(self, classes=1000):
+            super().__init__()
+            blocks, cin = [], 64
+            for cout, stride in RESNET18_STAGES:
+                blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+                cin = cout
+            self.features = nn.Sequential(ConvBN(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1), *blocks)
+            self.fc = nn.Linear(512, classes)
+
+        def forward(self, x):
+            return self.fc(nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin, cout, stride, t):
+            super().__init__()
+            hidden = cin * t
+            self.conv = nn.Sequential(*([ConvBN(cin, hidden, 1, act=nn.ReLU6)] if t != 1 else []),
+                                      ConvBN(hidden, hidden, 3, stride, groups=hidden, act=nn.ReLU6),
+                                      ConvBN(hidden, cout, 1, act=None))
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            return x + self.conv(x) if self.residual else self.conv(x)
+
+    class MobileNetV2(nn.Module):
+        def __init__(self, classes=1000):
+            super().__init__()
+            layers, cin = [ConvBN(3, 32, 3, 2, act=nn.ReLU6)], 32
+            for t, c, n, s in MOBILENET_V2_STAGES:
+                for i in range(n):
+                    layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
+                    cin = c
+            self.features = nn.Sequential(*layers, ConvBN(cin, 1280, 1, act=nn.ReLU6))
+            self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, classes))
+
+        def forward(self, x):
+            return self.classifier(nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
+
+    return ResNet18, MobileNetV2
+
+
+def _seeded(module, seed: int):
+    """Give the module's layers their seeded weights (in `modules()` order) and put it in eval mode."""
+    import torch
+    w = _Weights(seed)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                m.weight.copy_(torch.from_numpy(w.conv(m.out_channels, m.in_channels // m.groups, m.kernel_size[0])))
+            elif isinstance(m, torch.nn.BatchNorm2d):
+                for t, v in zip((m.weight, m.bias, m.running_mean, m.running_var), w.bn(m.num_features)):
+                    t.copy_(torch.from_numpy(v))
+            elif isinstance(m, torch.nn.Linear):
+                for t, v in zip((m.weight, m.bias), w.fc(m.out_features, m.in_features)):
+                    t.copy_(torch.from_numpy(v))
+    return module.eval()
+
+
+def resnet18_module(seed: int = 0):
+    """ResNet-18 (torchvision's layers: a 7x7 stem, max pooling, four stages of two basic blocks, a
+    classifier) as a torch.nn.Module in eval mode, with seeded weights."""
+    return _seeded(_classes()[0](), seed)
+
+
+def mobilenet_v2_module(seed: int = 0):
+    """MobileNet-v2 (torchvision's layers: inverted residual blocks of expand 1x1, depthwise 3x3 and
+    project 1x1 convolutions, ReLU6, a classifier) as a torch.nn.Module in eval mode, with seeded weights."""
+    return _seeded(_classes()[1](), seed)
+
+
+def export(module, path: str, size: int) -> str:
+    """Write `module` to `path` as ONNX (opset 17, input "x" [1, 3, size, size], output "y") with the
+    TorchScript exporter (the dynamo one needs onnxscript). Without constant folding the exporter keeps
+    BatchNormalization as its own node instead of folding it into the Conv: the file's reader folds it."""
+    import warnings
+
+    import torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "legacy TorchScript-based ONNX export": chosen, see above
+        torch.onnx.export(module, (torch.zeros(1, 3, size, size),), path, dynamo=False, opset_version=17,
+                          input_names=["x"], output_names=["y"], do_constant_folding=False)
+    return path
+
+
+# --- the same networks written with onnx.helper (no PyTorch) ----------------------------------------------------
+
+class _Onnx:
+    def __init__(self, seed: int):
+        self.w, self.inits, self.nodes, self.k = _Weights(seed), [], [], 0
 
     def const(self, value) -> str:
+        from onnx import numpy_helper
         self.k += 1
-        name = f"c{self.k}"
-        self.inits.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
-        return name
+        self.inits.append(numpy_helper.from_array(np.asarray(value, np.float32), f"c{self.k}"))
+        return f"c{self.k}"
 
     def node(self, kind, ins, **attrs) -> str:
+        from onnx import helper
         self.k += 1
         out = f"{kind.lower()}{self.k}"
         self.nodes.append(helper.make_node(kind, ins, [out], name=out, **attrs))
         return out
 
     def conv_bn(self, x, cin, cout, k, stride=1, group=1, act="relu"):
-        w = self.rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / (cin // group * k * k))
-        y = self.node("Conv", [x, self.const(w)], kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2,
-                      group=group)
-        c = cout
-        y = self.node("BatchNormalization", [y, self.const(self.rng.uniform(0.5, 1.0, c)),
-                                             self.const(self.rng.normal(0, 0.05, c)),
-                                             self.const(self.rng.normal(0, 0.05, c)),
-                                             self.const(self.rng.uniform(0.8, 1.2, c))])
+        w = self.const(self.w.conv(cout, cin // group, k))
+        y = self.node("Conv", [x, w], kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2, group=group)
+        y = self.node("BatchNormalization", [y, *map(self.const, self.w.bn(cout))])
         if act == "relu":
             return self.node("Relu", [y])
         if act == "relu6":
             return self.node("Clip", [y, self.const(0.0), self.const(6.0)])
         return y
 
-    def head(self, x, cin, classes=1000):
+    def save(self, x, cin, path, size, classes=1000) -> str:
+        import onnx
+        from onnx import TensorProto, helper
         y = self.node("Flatten", [self.node("GlobalAveragePool", [x])], axis=1)
-        w = self.rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)
-        return self.node("Gemm", [y, self.const(w), self.const(self.rng.normal(0, 0.01, classes))], transB=1)
-
-    def save(self, out, path, size, classes=1000):
+        out = self.node("Gemm", [y, *map(self.const, self.w.fc(classes, cin))], transB=1)
         graph = helper.make_graph(self.nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                                   [1, 3, size, size])],
                                   [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, classes])], self.inits)
-        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
         return path
 
 
-def resnet18(path: str, size: int = 224, seed: int = 0) -> str:
-    """ResNet-18: a 7x7 stem, max pooling, four stages of two basic blocks, a classifier."""
-    n = _Net(seed)
+def _resnet18_onnx(path: str, size: int, seed: int) -> str:
+    n = _Onnx(seed)
     x = n.conv_bn("x", 3, 64, 7, stride=2)
-    x = n.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    cin = 64
-    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        for b in range(2):
-            s = stride if b == 0 else 1
+    x, cin = n.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), 64
+    for cout, stride in RESNET18_STAGES:
+        for s in (stride, 1):
             y = n.conv_bn(n.conv_bn(x, cin, cout, 3, stride=s), cout, cout, 3, act=None)
             short = n.conv_bn(x, cin, cout, 1, stride=s, act=None) if (s, cin) != (1, cout) else x
             x, cin = n.node("Relu", [n.node("Add", [y, short])]), cout
-    return n.save(n.head(x, 512), path, size)
+    return n.save(x, 512, path, size)
 
 
-def mobilenet_v2(path: str, size: int = 224, seed: int = 0) -> str:
-    """MobileNet-v2: inverted residual blocks (expand 1x1, depthwise 3x3, project 1x1), ReLU6."""
-    n = _Net(seed)
+def _mobilenet_v2_onnx(path: str, size: int, seed: int) -> str:
+    n = _Onnx(seed)
     x, cin = n.conv_bn("x", 3, 32, 3, stride=2, act="relu6"), 32
-    for t, c, reps, stride in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                               (6, 160, 3, 2), (6, 320, 1, 1)):
+    for t, c, reps, stride in MOBILENET_V2_STAGES:
         for r in range(reps):
             s, hidden = stride if r == 0 else 1, cin * t
             y = n.conv_bn(x, cin, hidden, 1, act="relu6") if t != 1 else x
             y = n.conv_bn(y, hidden, hidden, 3, stride=s, group=hidden, act="relu6")
             y = n.conv_bn(y, hidden, c, 1, act=None)
-            x, cin = (n.node("Add", [y, x]) if s == 1 and cin == c else y), c
-    x = n.conv_bn(x, cin, 1280, 1, act="relu6")
-    return n.save(n.head(x, 1280), path, size)
+            x, cin = (n.node("Add", [x, y]) if s == 1 and cin == c else y), c
+    return n.save(n.conv_bn(x, cin, 1280, 1, act="relu6"), 1280, path, size)
+
+
+def _write(module_fn, onnx_fn, path: str, size: int, seed: int, exporter: str | None) -> str:
+    exporter = exporter or ("torch" if importlib.util.find_spec("torch") is not None else "onnx")
+    if exporter == "torch":
+        return export(module_fn(seed), path, size)
+    if exporter == "onnx":
+        return onnx_fn(path, size, seed)
+    raise ValueError(f"exporter {exporter!r}: 'torch' or 'onnx'")
+
+
+def resnet18(path: str, size: int = 224, seed: int = 0, exporter: str | None = None) -> str:
+    """Write ResNet-18 with seeded weights to `path` as ONNX (input "x": 1x3xSIZExSIZE) and return the path.
+    exporter: "torch" (torch.onnx.export of `resnet18_module(seed)`), "onnx" (onnx.helper, the same
+    layers and weights, no PyTorch), or None: "torch" when PyTorch is installed."""
+    return _write(resnet18_module, _resnet18_onnx, path, size, seed, exporter)
+
+
+def mobilenet_v2(path: str, size: int = 224, seed: int = 0, exporter: str | None = None) -> str:
+    """Write MobileNet-v2 with seeded weights to `path` as ONNX; as `resnet18`."""
+    return _write(mobilenet_v2_module, _mobilenet_v2_onnx, path, size, seed, exporter)
 
 
 if __name__ == "__main__":

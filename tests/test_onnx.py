@@ -200,14 +200,22 @@ def test_grouped_conv_padded_average_pools_and_gemm_match_onnxruntime(tmp_path):
     np.testing.assert_allclose(y, reference(path, x), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
-def test_resnet18_and_mobilenet_v2_run_and_match_onnxruntime(tmp_path, name):
+def _networks():
     import importlib.util
     from pathlib import Path
     spec = importlib.util.spec_from_file_location("networks", Path(__file__).parent.parent / "examples" / "networks.py")
     networks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(networks)
-    path = getattr(networks, name)(str(tmp_path / f"{name}.onnx"), size=64)
+    return networks
+
+
+@pytest.mark.parametrize("exporter", ["onnx", "torch"])
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_resnet18_and_mobilenet_v2_run_and_match_onnxruntime(tmp_path, name, exporter):
+    """Both ways examples/networks.py writes them: onnx.helper, and torch.onnx.export of the torch.nn module."""
+    if exporter == "torch":
+        pytest.importorskip("torch")
+    path = getattr(_networks(), name)(str(tmp_path / f"{name}.onnx"), size=64, exporter=exporter)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         net = tunekit.compile_model(path)
@@ -216,3 +224,18 @@ def test_resnet18_and_mobilenet_v2_run_and_match_onnxruntime(tmp_path, name):
     ref = reference(path, x)
     assert y.shape == (1, 1000)
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_the_torch_modules_and_both_onnx_files_of_a_network_compute_the_same(tmp_path, name):
+    """examples/networks.py: the torch.nn module, its torch.onnx export and the onnx.helper file (written
+    without PyTorch) have the same layers and weights (bench/e2e.py times the module against the file)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxruntime")
+    networks = _networks()
+    x = RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)
+    with torch.inference_mode():
+        want = getattr(networks, f"{name}_module")()(torch.from_numpy(x)).numpy()
+    for exporter in ("torch", "onnx"):
+        path = getattr(networks, name)(str(tmp_path / f"{name}-{exporter}.onnx"), size=64, exporter=exporter)
+        np.testing.assert_allclose(reference(path, x), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
