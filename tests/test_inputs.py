@@ -70,3 +70,17 @@ def test_a_built_kernel_refuses_wrong_arrays():
                       ((A, np.asfortranarray(B), C), "not C-contiguous")]:
         with pytest.raises(ArgumentError, match=what.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
             kernel(*bad)
+
+
+def test_a_built_kernel_refuses_a_read_only_output():
+    pytest.importorskip("llvmlite")
+    kernel = tunekit.build("matmul", {"M": 8, "N": 6, "K": 4}, target="x86")
+    A, B, C = tunekit.empty((8, 4)), tunekit.empty((4, 6)), tunekit.empty((8, 6))
+    A.flags.writeable = B.flags.writeable = False   # read-only inputs are fine
+    C.flags.writeable = False
+    C_before = C.copy()
+    with pytest.raises(ArgumentError, match=r"argument 2 \(C\) is an output, but the array is read-only"):
+        kernel(A, B, C)
+    np.testing.assert_array_equal(C, C_before)
+    C.flags.writeable = True
+    kernel(A, B, C)

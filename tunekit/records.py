@@ -26,6 +26,7 @@ class Trial:
         message: what went wrong (or a note, e.g. "timed by one run").
         build_s, run_s: seconds spent building and running it.
         timestamp: when it was measured (`time.time()`).
+        space: the fingerprint of the config space `index` is an index of (`ConfigSpace.fingerprint`).
         candidate: the `tunekit.Candidate` of the config (set by the tuner before models see it).
     """
     index: int
@@ -36,6 +37,7 @@ class Trial:
     build_s: float = 0.0
     run_s: float = 0.0
     timestamp: float = field(default_factory=time.time)
+    space: str = ""
     candidate: Any = field(default=None, repr=False, compare=False)
 
     @property

@@ -9,6 +9,7 @@ Constraints (`space.constrain(fn)`) mark configs invalid without enumeration.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -260,6 +261,14 @@ class ConfigSpace(_Define):
             if self.valid(index := self.index_of(choices)):
                 return index
         return next(i for i in range(self.size) if self.valid(i))
+
+    def fingerprint(self) -> str:
+        """A short hash of the knobs (names, kinds and every value, in order): what identifies
+        the space, so that a record's index is read against the space it was measured in."""
+        if getattr(self, "_fingerprint", None) is None:
+            knobs = [[k.name, k.kind, [_jsonable(v) for v in k.values]] for k in self._knobs.values()]
+            self._fingerprint = hashlib.sha256(json.dumps(knobs, default=repr).encode()).hexdigest()[:16]
+        return self._fingerprint
 
     def from_json(self, values: dict) -> ConfigEntity:
         """The config whose knob values are `values` (as `ConfigEntity.to_json` gives)."""

@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from tunekit import te
-from tunekit.errors import ArgumentError, TemplateError, TunekitError
+from tunekit.errors import ArgumentError, SpaceError, TemplateError, TunekitError
 from tunekit.features import PROGRAM_KINDS, extract
 from tunekit.models import Candidate
 from tunekit.ops.epilogue import anchor_args, has_epilogue
 from tunekit.ops.op import Op, Template
+from tunekit.records import Trial
 from tunekit.space import ConfigEntity, ConfigSpace
 
 _PARALLEL_MIN = 16   # fewer configs to lower than this: extract them here, not in workers
@@ -152,6 +153,25 @@ class TaskSpace:
     @property
     def size(self) -> int:
         return self.space.size
+
+    def stale_note(self, n: int) -> str:
+        """What to say of `n` records of this task whose configs are not in today's space."""
+        return (f"{n} records of {self.task.op.name}[{self.template.name}] ({self.task.name}) are from an older "
+                "version of the template; ignored")
+
+    def current(self, trial: Trial) -> Trial | None:
+        """`trial` (a record of this task) as a trial of today's space: itself when it was
+        measured in this space, else its config looked up in this space (re-indexed), or
+        None when its config is not in it (a record of an older version of the template)."""
+        if trial.space == self.space.fingerprint():
+            return trial
+        try:
+            config = self.space.from_json(trial.config)
+        except SpaceError:
+            return None
+        if config.to_json() != trial.config:   # it had a knob the template no longer defines
+            return None
+        return replace(trial, index=config.index, space=self.space.fingerprint())
 
     def schedule(self, index: int):
         cfg: ConfigEntity = self.space.get(index)

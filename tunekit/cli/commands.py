@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -193,12 +194,17 @@ def best(args: argparse.Namespace) -> int:
 
     from rich.text import Text
 
+    from tunekit.deploy.kernels import checked_best
     from tunekit.store.database import Database
     db = Database(args.database, readonly=True)
     try:
-        rows = db.best(args.workload, args.target)
+        with warnings.catch_warnings(record=True) as said:   # records of older templates, named once each
+            warnings.simplefilter("always")
+            rows = [checked_best(db, r) for r in db.best(args.workload, args.target)]
     finally:
         db.close()
+    for w in said:
+        print(f"warning: {w.message}", file=sys.stderr)
     if not rows:
         raise TunekitError(f"{args.database}: no trials recorded" + (" matching the filters" if
                                                                        args.workload or args.target else ""))

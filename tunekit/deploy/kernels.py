@@ -6,10 +6,10 @@ import threading
 import warnings
 from contextlib import contextmanager
 
-from tunekit.errors import ArgumentError
+from tunekit.errors import ArgumentError, TunekitError
 from tunekit.memory import ALIGN, misaligned
 from tunekit.ops.epilogue import has_epilogue
-from tunekit.plugin.registry import make_component
+from tunekit.plugin.registry import make_component, registry
 from tunekit.plugin.registry import task as make_task
 from tunekit.store.database import Database, TaskKey
 from tunekit.task import Task
@@ -75,12 +75,23 @@ class Kernel:
         return f"Kernel({self.task.name}, {how} config {self.config.index})"
 
 
+def current_trials(db: Database, ts, key: TaskKey) -> tuple[list, int]:
+    """The trials of `key` as trials of task space `ts` today (re-indexed by their configs),
+    and how many were left out: records of an older version of the template whose configs
+    are not in its space now (said once, as a warning)."""
+    trials = db.trials(key)
+    now = [c for t in trials if (c := ts.current(t)) is not None]
+    if len(now) < len(trials):
+        warnings.warn(ts.stale_note(len(trials) - len(now)), stacklevel=3)
+    return now, len(trials) - len(now)
+
+
 def _best_record(db: Database, ts) -> tuple[float, int] | None:
     """The cost and index of the best recorded config of task space `ts`: of its exact workload,
     else of the same op without its fused epilogue (the same space; the epilogue costs little)."""
     for task in [ts.task, ts.task.anchor()] if has_epilogue(ts.task.args) else [ts.task]:
         key = TaskKey(task.key, ts.target.name, ts.fingerprint, ts.template.name)
-        best = [t for t in db.trials(key) if t.ok]
+        best = [t for t in current_trials(db, ts, key)[0] if t.ok]
         if best:
             b = min(best, key=lambda t: t.cost)
             return b.cost, b.index
@@ -99,6 +110,33 @@ def best_config(db: Database, task: Task, target) -> tuple[object, int] | None:
         return None
     _, index, ts = min(found, key=lambda f: f[0])
     return ts, index
+
+
+def checked_best(db: Database, row: dict) -> dict:
+    """A row of `Database.best` with its best config read against today's templates: the
+    fastest record whose config is in its template's space now (a TaskSpace per template
+    it was measured through, on the row's target and device). A row whose task cannot be
+    made here (its plugin is not installed) is returned as it is, with `checked` False."""
+    reg = registry()
+    try:
+        cls = reg.component("target", row["target"])
+        target = cls(cls.Options(**row["target_options"]))
+        best = None
+        for template in db.templates(row["workload"], row["target"], row["device"]):
+            ts = make_task(row["op"], row["args"], template=template).bind(target)
+            ts.fingerprint = row["device"]   # records of another machine's device are read as theirs
+            key = TaskKey(row["workload"], row["target"], row["device"], template)
+            ok = [t for t in current_trials(db, ts, key)[0] if t.ok]
+            if ok and (best is None or min(t.cost for t in ok) < best[0].cost):
+                best = (min(ok, key=lambda t: t.cost), template)
+    except TunekitError:
+        return {**row, "checked": False}
+    if best is None:
+        return {**row, "template": None, "index": None, "config": None, "cost": None, "gflops": 0.0, "checked": True}
+    trial, template = best
+    flops = make_task(row["op"], row["args"]).flops
+    return {**row, "template": template, "index": trial.index, "config": trial.config, "cost": trial.cost,
+            "gflops": flops / trial.cost / 1e9, "checked": True}
 
 
 def build(op: str, args: dict, target="x86", template: str | None = None, *,

@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS trials (
     model TEXT, explorer TEXT,    -- the search that proposed it
     config_index TEXT NOT NULL,   -- text: indices can exceed 2**63
     config TEXT NOT NULL,         -- knob values, JSON
+    space TEXT,                   -- fingerprint of the config space config_index indexes (NULL: older records)
     costs TEXT NOT NULL,          -- seconds per run, JSON list; empty on error
     cost REAL,                    -- median of costs; NULL on error
     error TEXT,
@@ -92,6 +93,8 @@ class Database:
             try:
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 self.conn.executescript(_SCHEMA)
+                if "space" not in {r[1] for r in self.conn.execute("PRAGMA table_info(trials)")}:
+                    self.conn.execute("ALTER TABLE trials ADD COLUMN space TEXT")   # a database of an older tunekit
                 self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
                 self.conn.commit()
                 return
@@ -99,6 +102,14 @@ class Database:
                 if "locked" not in str(e) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+    @property
+    def _space(self) -> str:
+        """The `space` column, or NULL in a database of an older tunekit opened read-only."""
+        if getattr(self, "_space_col", None) is None:
+            cols = {r[1] for r in self._rows("PRAGMA table_info(trials)")}
+            self._space_col = "space" if "space" in cols else "NULL"
+        return self._space_col
 
     def _rows(self, sql: str, params=()) -> list[tuple]:
         """Run a query; a corrupted file is a StorageError naming it, not a traceback."""
@@ -114,7 +125,7 @@ class Database:
         row = dict(run=run, workload=task.key, op=task.op.name, args=json.dumps(task.args, sort_keys=True),
                    workload_name=task.name, target=target.name, target_options=target.options.model_dump_json(),
                    device=ts.fingerprint, template=ts.template.name, model=model, explorer=explorer,
-                   config_index=str(trial.index),
+                   config_index=str(trial.index), space=ts.space.fingerprint(),
                    config=json.dumps(trial.config), costs=json.dumps(trial.costs),
                    cost=trial.cost if trial.ok else None, error=trial.error, message=trial.message,
                    flops=task.flops, build_s=trial.build_s, run_s=trial.run_s, timestamp=trial.timestamp,
@@ -146,18 +157,29 @@ class Database:
 
     def new_trials(self, key: TaskKey, after: int = 0) -> list[tuple[int, str, Trial]]:
         """Trials of a task recorded after row id `after` (by any process): (id, run, Trial), oldest first."""
-        q = ("SELECT id, run, config_index, config, costs, error, message, build_s, run_s, timestamp FROM trials "
-             "WHERE workload=? AND target=? AND device=? AND template=? AND id>? ORDER BY id")
+        q = (f"SELECT id, run, config_index, config, costs, error, message, build_s, run_s, timestamp, {self._space} "
+             "FROM trials WHERE workload=? AND target=? AND device=? AND template=? AND id>? ORDER BY id")
         return [(r[0], r[1], Trial(int(r[2]), json.loads(r[3]), json.loads(r[4]), r[5], r[6] or "", r[7] or 0.0,
-                                   r[8] or 0.0, r[9] or time.time()))
+                                   r[8] or 0.0, r[9] or time.time(), r[10] or ""))
                 for r in self._rows(q, (key.workload, key.target, key.device, key.template, after))]
 
-    def claim(self, key: TaskKey, run: str, indices: list[int], budget: int) -> tuple[list[int], list[int]]:
+    def rekey(self, row: int, index: int, space: str) -> None:
+        """Record that trial `row` is config `index` of the space whose fingerprint is `space`
+        (its config, read against a changed template's space)."""
+        try:
+            with self.conn:
+                self.conn.execute("UPDATE trials SET config_index=?, space=? WHERE id=?", (str(index), space, row))
+        except sqlite3.DatabaseError as e:
+            raise storage_error(self.path, e) from None
+
+    def claim(self, key: TaskKey, run: str, indices: list[int], budget: int,
+              space: str | None = None) -> tuple[list[int], list[int]]:
         """Claim configs of a task for measuring, atomically across processes: those
-        not measured or claimed by another live process, while the run's trials plus
-        its pending claims stay within `budget`. Claims of dead processes on this host
-        are dropped first. Returns (indices this process got, indices another process
-        measured or claimed); the rest were left out by the budget."""
+        not measured (in the space whose fingerprint is `space`, when given) or claimed
+        by another live process, while the run's trials plus its pending claims stay
+        within `budget`. Claims of dead processes on this host are dropped first.
+        Returns (indices this process got, indices another process measured or claimed);
+        the rest were left out by the budget."""
         host, me = socket.gethostname(), os.getpid()
         task = (key.workload, key.target, key.device, key.template)
         where = "workload=? AND target=? AND device=? AND template=?"
@@ -178,8 +200,9 @@ class Database:
                 for i in indices:
                     if len(got) >= budget - done - pending:
                         break
-                    measured = self.conn.execute(f"SELECT 1 FROM trials WHERE {where} AND config_index=? LIMIT 1",
-                                                 (*task, str(i))).fetchone()
+                    measured = self.conn.execute(
+                        f"SELECT 1 FROM trials WHERE {where} AND config_index=? AND (? IS NULL OR space=?) LIMIT 1",
+                        (*task, str(i), space, space)).fetchone()
                     if measured is None and self.conn.execute(
                             "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             (*task, str(i), run, host, me, time.time())).rowcount == 1:
@@ -194,16 +217,22 @@ class Database:
         """Recent trials of other workloads on this target and device, for transfer:
         (op, args, template, Trial) tuples, newest first, at most `limit`."""
         q = ("SELECT op, args, template, workload, config_index, config, costs, error, message, build_s, run_s, "
-             "timestamp FROM trials WHERE target=? AND device=? ORDER BY id DESC")
+             f"timestamp, {self._space} FROM trials WHERE target=? AND device=? ORDER BY id DESC")
         out = []
         for r in self._rows(q, (target, device)):
             if r[3] in exclude:
                 continue
             out.append((r[0], json.loads(r[1]), r[2], Trial(int(r[4]), json.loads(r[5]), json.loads(r[6]), r[7],
-                                                            r[8] or "", r[9] or 0.0, r[10] or 0.0, r[11])))
+                                                            r[8] or "", r[9] or 0.0, r[10] or 0.0, r[11],
+                                                            r[12] or "")))
             if len(out) >= limit:
                 break
         return out
+
+    def templates(self, workload: str, target: str, device: str) -> list[str]:
+        """The templates that trials of a workload on a device were measured through."""
+        return [r[0] for r in self._rows("SELECT DISTINCT template FROM trials WHERE workload=? AND target=? AND "
+                                         "device=? ORDER BY template", (workload, target, device))]
 
     def count(self, key: TaskKey, run: str) -> int:
         return self._rows("SELECT COUNT(*) FROM trials WHERE workload=? AND target=? AND device=? AND template=? "

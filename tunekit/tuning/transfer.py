@@ -25,9 +25,9 @@ def transfer(db: Database, states, target, pool=None) -> None:
                 spaces[k] = task(op, args, template=template).bind(target, pool)
             except TunekitError:
                 spaces[k] = None   # its op or template is no longer installed
-        if spaces[k] is not None:
-            trial.candidate = spaces[k].candidates([trial.index])[0]
-            records.append(trial)
+        if spaces[k] is not None and (now := spaces[k].current(trial)) is not None:   # not of an older template
+            now.candidate = spaces[k].candidates([now.index])[0]
+            records.append(now)
     if not records:
         return
     states[0].model.fit_history(records)

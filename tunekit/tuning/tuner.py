@@ -6,6 +6,7 @@ import random
 import signal
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from tunekit.measure.timing import spread
 from tunekit.records import DEVICE_LOST, Trial
 from tunekit.store.database import Database, TaskKey
 from tunekit.tuning.budget import Budget
-from tunekit.tuning.guard import Guard
+from tunekit.tuning.guard import Guard, TunekitWarning
 from tunekit.tuning.transfer import transfer
 
 #: repeats of one config still this far apart after re-timing: the machine was busy while it was timed
@@ -46,6 +47,7 @@ class TaskState:
     last_id: int = 0               # the newest database row seen (other processes add rows too)
     own: set = field(default_factory=set)          # row ids this process wrote
     default: int = 0               # the template's untuned config (`ConfigSpace.default`)
+    stale: int = 0                 # records of an older version of the template (their config is not in the space)
 
     @property
     def tuner_share(self) -> float:
@@ -93,6 +95,8 @@ class Tuner:
         st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng,
                        default=ts.space.default())
         self._sync(st, db)   # resume: every trial known for this task, from any run
+        if st.stale:
+            warnings.warn(ts.stale_note(st.stale), TunekitWarning, stacklevel=2)
         return st
 
     def _sync(self, st: TaskState, db: Database) -> None:
@@ -100,8 +104,15 @@ class Tuner:
         look, and count the run's trials across processes."""
         for rid, _, trial in db.new_trials(st.key, st.last_id):
             st.last_id = rid
-            if rid not in st.own:   # another process's
-                st.add(trial, False)
+            if rid in st.own:
+                continue
+            now = st.ts.current(trial)   # another process's, or an earlier run's
+            if now is None:
+                st.stale += 1
+                continue
+            if now is not trial:   # measured in an older space that holds its config too: index it in today's
+                db.rekey(rid, now.index, now.space)
+            st.add(now, False)
         st.done = db.count(st.key, self.run_id)
 
     def _propose(self, st: TaskState, n: int) -> list[int]:
@@ -225,7 +236,7 @@ class Tuner:
             picks = self._propose(st, n)
             if not picks:
                 return None
-            got, taken = db.claim(st.key, self.run_id, picks, limit)
+            got, taken = db.claim(st.key, self.run_id, picks, limit, st.ts.space.fingerprint())
             st.ts.measured.update(taken)   # another process measures them: never propose them again
             if got or not taken:
                 return got
@@ -290,4 +301,3 @@ def _sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
-
