@@ -123,7 +123,7 @@ class TaskSpec(Section):
                                  for t, n in graph_tasks(for_target(self._graph, target))]
 
     def tasks(self) -> list[Task]:
-        """Return the `tunekit.Task`s this entry describes (a model's are weighted by their counts)."""
+        """Return the Tasks (`tunekit.task.Task`) this entry describes (a model's are weighted by their counts)."""
         if self.model is not None:
             return list(self._model_tasks)
         return [make_task(self.op, self.args, workload=self.workload, template=self.template)]
@@ -274,7 +274,7 @@ class Recipe(Section):
         return recipe
 
     def task_objects(self) -> list[Task]:
-        """Return the `tunekit.Task` of every task, in recipe order."""
+        """Return the Task (`tunekit.task.Task`) of every task, in recipe order."""
         return [t for spec in self.tasks for t in spec.tasks()]
 
     def to_dict(self) -> dict:

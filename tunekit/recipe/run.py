@@ -13,7 +13,7 @@ def tune(tasks, target="x86", model="random", explorer="random", *, trials: int 
     """Tune `tasks` as a recipe would (library API for downstream compilers).
 
     Args:
-        tasks: `tunekit.Task` objects, workload names, or recipe task dicts.
+        tasks: Tasks (made with `tunekit.Task(...)`), workload names, or recipe task dicts.
         target, model, explorer: a component name, its Options, or an instance.
         trials, seed: shortcuts for tuning.trials and tuning.seed.
         database: the database path, or the `[database]` section as a dict (path, log).
