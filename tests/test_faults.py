@@ -267,14 +267,25 @@ def test_recover_copies_the_readable_rows_into_a_new_file(tmp_path):
 
 
 def test_two_tuners_on_one_database_never_measure_a_config_twice(tmp_path):
-    db = tmp_path / "t.db"
-    procs = [subprocess.Popen([sys.executable, str(HERE / "tune_null.py"), str(db), "24"],
+    db, measured = tmp_path / "t.db", tmp_path / "measured.txt"
+    procs = [subprocess.Popen([sys.executable, str(HERE / "tune_null.py"), str(db), "24", str(measured)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     for p in procs:
         assert p.wait(300) == 0, p.stderr.read()
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT config_index, run FROM trials").fetchall()
     assert len(rows) == 24 and len({r[0] for r in rows}) == 24 and len({r[1] for r in rows}) == 1
+    timed = measured.read_text().split()   # every config either process handed to the runner
+    assert sorted(timed) == sorted(r[0] for r in rows)
+
+
+def test_a_resumed_run_measures_no_config_again(tmp_path):
+    db, measured = tmp_path / "t.db", tmp_path / "measured.txt"
+    for trials in ("8", "16"):   # the second run resumes the first (a budget raised, as after a stop)
+        subprocess.run([sys.executable, str(HERE / "tune_null.py"), str(db), trials, str(measured)], check=True,
+                       stdout=subprocess.DEVNULL, timeout=300)
+    timed = measured.read_text().split()
+    assert len(timed) == 16 and len(set(timed)) == 16
 
 
 def test_a_noisy_machine_is_said_in_the_summary(tmp_path):

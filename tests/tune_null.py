@@ -8,6 +8,15 @@ from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
 
 if __name__ == "__main__":
     db, trials = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3:   # a file to append every config this process measures to (one index a line)
+        from tunekit.measure.measurer import Measurer
+        measure = Measurer.measure
+
+        def logged(self, ts, indices, *args, **kw):
+            with open(sys.argv[3], "a") as f:
+                f.write("".join(f"{i}\n" for i in indices))
+            return measure(self, ts, indices, *args, **kw)
+        Measurer.measure = logged
     tunekit.register_plugin(null_plugin, NULL_PLUGIN_NAME)
     recipe = f"{db}.toml"
     with open(recipe, "w") as f:

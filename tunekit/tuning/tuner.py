@@ -185,10 +185,11 @@ class Tuner:
         return states
 
     def _retime(self, states: list[TaskState], measurer: Measurer) -> None:
-        """Time each task's best config again before it is reported: on a machine
-        that was busy while it was measured, the two differ (shown in the summary)."""
+        """Time the best config again of each task whose trials showed a busy machine (repeats
+        far apart): the two times differ (shown in the summary). On a quiet machine nothing is
+        measured twice."""
         for st in states:
-            if st.best is not None and st.done:
+            if st.best is not None and st.done and st.suspect:
                 (again,) = measurer.measure(st.ts, [st.best.index])
                 st.retimed = again.cost if again.ok else None
 
