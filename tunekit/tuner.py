@@ -295,8 +295,15 @@ def _interrupts_stop(tuner: Tuner):
     try:
         yield
     finally:
+        late = None
         for s, handler in old.items():
-            signal.signal(s, handler)
+            while signal.getsignal(s) is not handler:
+                try:
+                    signal.signal(s, handler)
+                except KeyboardInterrupt as e:   # one that came just now: Python runs it before the swap
+                    late = e
+        if late is not None:
+            raise late
 
 
 def tune(tasks, target="x86", model="random", explorer="random", *, trials: int | None = None,
