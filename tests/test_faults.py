@@ -19,8 +19,8 @@ import tunekit
 from tunekit import cli
 from tunekit.database import Database, open_log
 from tunekit.db_tools import import_log, recover
-from tunekit.errors import StorageError
-from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
+from tunekit.errors import Interrupted, StorageError
+from tunekit.testing import NULL_PLUGIN_NAME, null_plugin, plugin_registered
 
 HERE = Path(__file__).parent
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
@@ -137,6 +137,37 @@ def test_ctrl_c_in_a_terminal_is_one_quiet_line(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert [ln for ln in err.splitlines() if ln.strip() and "━" not in ln][-1].startswith("interrupted; ")
     assert f"{count(db)} trials of this run saved" in err
+
+
+def test_a_ctrl_c_python_could_only_print_still_stops_the_run(tmp_path):
+    """A KeyboardInterrupt raised where Python can only print it (a finalizer the garbage collector
+    runs when Ctrl-C comes) still stops the run, before its next batch, with every trial kept."""
+    class Finalizer:   # the Ctrl-C handler runs inside it and the interrupt goes no further
+        @tunekit.hookimpl
+        def tunekit_trial_measured(self, trial):
+            try:
+                signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+            except KeyboardInterrupt:
+                pass
+
+    with ctrl_c_as_in_a_terminal(), plugin_registered(Finalizer(), "finalizer"):
+        with pytest.raises(Interrupted, match="interrupted; 4 trials of this run saved"):
+            tune_null(tmp_path / "t.db", trials=8)
+    assert count(tmp_path / "t.db") == 4
+
+
+def test_children_start_with_ctrl_c_held_off():
+    """A child started by tunekit gets no Ctrl-C while it starts (imports, for a second or more):
+    SIGINT stays blocked until `init_worker` ignores it, including in the first child, whose start
+    also starts the resource tracker (which unblocks SIGINT in the starting thread)."""
+    status = "print([ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('SigBlk')][0])"
+    code = ("import multiprocessing as mp\nfrom tunekit._workers import spawning\n"
+            "ctx = mp.get_context('spawn')\nwith spawning():\n"
+            f"    p = ctx.Process(target=exec, args=({status!r},))\n    p.start()\np.join()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=HERE.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.strip(), 16) & (1 << (signal.SIGINT - 1)), out.stdout
 
 
 @x86
