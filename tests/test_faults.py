@@ -10,36 +10,34 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 import tunekit
 from tunekit.cli import main as cli
-from tunekit.errors import StorageError
+from tunekit.errors import Interrupted, StorageError
 from tunekit.store.database import Database, open_log
 from tunekit.store.tools import import_log, recover
-from tunekit.testing import NULL_PLUGIN_NAME, null_plugin
+from tunekit.testing import NULL_PLUGIN_NAME, null_plugin, plugin_registered
 
 HERE = Path(__file__).parent
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
 
 
-def children(pid: int) -> set[int]:
-    """Every descendant of `pid` (from /proc)."""
-    kids: dict[int, list[int]] = {}
+def group(pgid: int) -> set[int]:
+    """The live processes of process group `pgid` (from /proc): a tuner started in a session of
+    its own and every process it started, including those orphaned when it was killed."""
+    out = set()
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
+                state, _, pgrp = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[:3]
+            except (OSError, ValueError):
                 continue
-            kids.setdefault(ppid, []).append(int(d))
-    out, todo = set(), [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            out.add(k)
-            todo.append(k)
+            if int(pgrp) == pgid and state != "Z":
+                out.add(int(d))
     return out
 
 
@@ -59,44 +57,73 @@ def count(db) -> int:
         return 0
 
 
-def start_tune(tmp_path, trials=200):
+def wait_for(condition, what: str, seconds: float = 120.0) -> None:
+    """Wait until `condition()` holds; the bound only turns a hang into a failure."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {seconds:g} s")
+        time.sleep(0.05)
+
+
+@contextmanager
+def ctrl_c_as_in_a_terminal():
+    """Processes started in the block get Ctrl-C as from a terminal (Python's KeyboardInterrupt),
+    whatever this process inherited: a background job, nohup or a CI runner may start it with
+    SIGINT ignored, which would pass through exec to the tuner and make it ignore Ctrl-C."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)   # a handler, so exec resets it
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, old)
+
+
+def start_tune(tmp_path):
+    """`tunekit tune` in a session of its own, on a budget it cannot finish before the test stops
+    it (thousands of trials); returned once it has saved 4 trials, so that it is tuning: its
+    build workers, runner and the resource tracker started."""
     pytest.importorskip("llvmlite")
     db, recipe = tmp_path / "k.db", tmp_path / "r.toml"
     recipe.write_text(f'target = "x86"\n[[tasks]]\nop = "matmul"\nargs = {{ M = 64, N = 64, K = 64 }}\n'
-                      f'[tuning]\ntrials = {trials}\nbatch_size = 4\n[measure]\nrepeat = 2\nmin_repeat_ms = 1\n'
+                      f'[tuning]\ntrials = 100000\nbatch_size = 4\n[measure]\nrepeat = 2\nmin_repeat_ms = 1\n'
                       f'[database]\npath = "{db}"\n')
-    proc = subprocess.Popen([sys.executable, "-m", "tunekit", "tune", str(recipe)], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while count(db) < 4 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert count(db) >= 4, proc.stderr.read() if proc.poll() is not None else "no trials in 120 s"
+    with ctrl_c_as_in_a_terminal():
+        proc = subprocess.Popen([sys.executable, "-m", "tunekit", "tune", str(recipe)], start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: count(db) >= 4 or proc.poll() is not None, "4 trials saved")
+        assert proc.poll() is None, f"the tuner stopped by itself (exit code {proc.returncode}): " \
+                                    f"{proc.stderr.read()[-3000:]}"
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     return proc, db
 
 
-def wait_gone(pids, seconds=10.0) -> set[int]:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.1)
-    return {p for p in pids if alive(p)}
+def stopped(proc, seconds: float = 120.0) -> tuple[int, str]:
+    """Wait for the tuner `proc` and then for every process of its group to end; its exit code
+    and stderr (read once every writer is gone)."""
+    try:
+        code = proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"the tuner did not stop within {seconds:g} s: {proc.stderr.read()[-3000:]}")
+    left = group(proc.pid)
+    wait_for(lambda: not group(proc.pid), f"processes left behind by the tuner ({sorted(left)})")
+    return code, proc.stderr.read()
 
 
 @x86
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_killed_tuner_leaves_no_process_behind(tmp_path, sig):
     proc, db = start_tune(tmp_path)
-    kids = children(proc.pid)
-    assert len(kids) >= 2                              # build workers, the runner, the resource tracker
+    assert len(group(proc.pid) - {proc.pid}) >= 2     # build workers, the runner, the resource tracker
     os.kill(proc.pid, sig)                             # the tuner only, not its group
-    try:
-        code = proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail(f"the tuner did not stop within 60 s of {sig!r}: {proc.stderr.read()[-3000:]}")
-    assert wait_gone(kids) == set()
+    code, err = stopped(proc)                          # and every process it started is gone
     if sig == signal.SIGTERM:                          # stopped like Ctrl-C: one line, every trial kept
-        err = proc.stderr.read()
-        assert code == 130 and "Traceback" not in err
+        assert code == 130 and "Traceback" not in err, err[-3000:]
         assert err.strip().splitlines()[-1].startswith("interrupted; ") and "rerun to resume" in err
         assert f"{count(db)} trials of this run saved" in err
 
@@ -104,13 +131,43 @@ def test_a_killed_tuner_leaves_no_process_behind(tmp_path, sig):
 @x86
 def test_ctrl_c_in_a_terminal_is_one_quiet_line(tmp_path):
     proc, db = start_tune(tmp_path)
-    kids = children(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)                 # what a terminal sends: the whole process group
-    code = proc.wait(30)
-    err = proc.stderr.read()
-    assert code == 130 and wait_gone(kids) == set()
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    code, err = stopped(proc)
+    assert code == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert [ln for ln in err.splitlines() if ln.strip() and "━" not in ln][-1].startswith("interrupted; ")
+    assert f"{count(db)} trials of this run saved" in err
+
+
+def test_a_ctrl_c_python_could_only_print_still_stops_the_run(tmp_path):
+    """A KeyboardInterrupt raised where Python can only print it (a finalizer the garbage collector
+    runs when Ctrl-C comes) still stops the run, before its next batch, with every trial kept."""
+    class Finalizer:   # the Ctrl-C handler runs inside it and the interrupt goes no further
+        @tunekit.hookimpl
+        def tunekit_trial_measured(self, trial):
+            try:
+                signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+            except KeyboardInterrupt:
+                pass
+
+    with ctrl_c_as_in_a_terminal(), plugin_registered(Finalizer(), "finalizer"):
+        with pytest.raises(Interrupted, match="interrupted; 4 trials of this run saved"):
+            tune_null(tmp_path / "t.db", trials=8)
+    assert count(tmp_path / "t.db") == 4
+
+
+def test_children_start_with_ctrl_c_held_off():
+    """A child started by tunekit gets no Ctrl-C while it starts (imports, for a second or more):
+    SIGINT stays blocked until `init_worker` ignores it, including in the first child, whose start
+    also starts the resource tracker (which unblocks SIGINT in the starting thread)."""
+    status = "print([ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('SigBlk')][0])"
+    code = ("import multiprocessing as mp\nfrom tunekit.measure.spawn import spawning\n"
+            "ctx = mp.get_context('spawn')\nwith spawning():\n"
+            f"    p = ctx.Process(target=exec, args=({status!r},))\n    p.start()\np.join()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=HERE.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.strip(), 16) & (1 << (signal.SIGINT - 1)), out.stdout
 
 
 @x86
@@ -126,9 +183,10 @@ def test_the_build_pool_replaces_dead_workers_and_finds_the_config_that_kills_th
         try:
             first = pool.build(ts, [0, 2])
             assert all(o.error is None for o in first)
-            for p in list(pool._pool._processes.values()):   # a worker dies while idle
-                os.kill(p.pid, signal.SIGKILL)
-            time.sleep(0.5)
+            pids = [p.pid for p in pool._pool._processes.values()]
+            for pid in pids:                                   # a worker dies while idle
+                os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not any(alive(pid) for pid in pids), "killed workers gone")
             out = pool.build(ts, list(range(ts.space.size)))
         finally:
             pool.close()

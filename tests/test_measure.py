@@ -43,12 +43,13 @@ def test_wrong_answer_is_recorded(tmp_path, faulty):
 
 def test_hanging_kernel_becomes_run_timeout_and_tuning_goes_on(tmp_path, faulty):
     db = str(tmp_path / "t.db")
-    t0 = time.monotonic()
     tunekit.tune([{"op": "matmul", "args": SMALL, "template": "hang"}], trials=2, database=db,
                  measure={"timeout_s": 1.5, "repeat": 1, "min_repeat_ms": 0}, tuning={"batch_size": 1})
     got = rows(db)
     assert [r[1] for r in got] == ["run timeout", "run timeout"]
-    assert time.monotonic() - t0 < 30
+    assert all(r[2] == "no result within 1.5 s" for r in got)   # the kernel's deadline, not the test's clock
+    with sqlite3.connect(db) as c:
+        assert all(s >= 1.5 for (s,) in c.execute("SELECT run_s FROM trials"))
 
 
 def test_good_template_measures_and_builds_from_history(tmp_path):
@@ -100,26 +101,34 @@ min_repeat_ms = 1
 path = "{db}"
 """)
     cmd = [sys.executable, "-m", "tunekit", "tune", str(recipe)]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if len(rows(db)) >= 6:
-                break
-        except sqlite3.OperationalError:   # not created yet
-            pass
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)   # the tuner and its build/run workers
-    proc.wait()
+    # a budget it cannot finish before it is killed (thousands of trials); budgets are not part of a
+    # run's identity, so the rerun below resumes the same run to a budget just above what was saved
+    proc = subprocess.Popen([*cmd, "--trials", "100000"], start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if len(rows(db)) >= 6:
+                    break
+            except sqlite3.OperationalError:   # not created yet
+                pass
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the tuner stopped by itself: {proc.stderr.read()[-3000:]}"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)   # the tuner and its build/run workers
+        proc.wait()
     before = rows(db)
-    assert 6 <= len(before) < 24
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    assert len(before) >= 6
+    total = len(before) + 8
+    subprocess.run([*cmd, "--trials", str(total)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=300)
     after = rows(db)
     assert after[: len(before)] == before                  # nothing measured was lost
-    assert len(after) == 24                                 # the run went on to its budget
-    assert len({r[0] for r in after}) == 24                 # and never measured a config twice
+    assert len(after) == total                              # the run went on to its budget
+    assert len({r[0] for r in after}) == total              # and never measured a config twice
     d = Database(str(db))
-    assert d.best()[0]["trials"] == 24
+    assert d.best()[0]["trials"] == total
     d.close()
 
 

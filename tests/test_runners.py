@@ -58,7 +58,7 @@ def tune(tmp_path, mode="ok", trials=16):
 def test_the_recipe_picks_the_runner_and_the_policy_comes_with_each_batch(tmp_path, farm):
     st = tune(tmp_path)
     assert st.done == 16 and st.best is not None and all(t.ok for t in st.trials)
-    assert len(Farm.policies) == 3              # two batches, then the best config timed again at the end
+    assert len(Farm.policies) == 2              # two batches; a quiet machine times no config again (#24)
     best_of_first = min(t.cost for t in st.trials[:8])
     assert Farm.policies[0].cutoff_s is None and Farm.policies[1].cutoff_s == pytest.approx(10 * best_of_first)
 

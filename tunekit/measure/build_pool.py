@@ -7,7 +7,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, TimeoutError, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from tunekit.measure.spawn import build, features, init_worker, main_not_reimported, spawnable
+from tunekit.measure.spawn import build, features, init_worker, main_not_reimported, spawnable, spawning
 from tunekit.records import BUILD_ERROR, BUILD_TIMEOUT, Outcome
 
 _WORKER_MEMORY = 8 << 30   # address-space cap of a build worker: a runaway build fails alone
@@ -56,7 +56,7 @@ class BuildPool:
         """Submit `(fn, *args)` calls; a pool broken by a worker that died while idle is replaced."""
         for _ in range(2):
             try:
-                with main_not_reimported():
+                with main_not_reimported(), spawning():   # submitting may start a worker
                     pool = self._get_pool()
                     return [pool.submit(*c) for c in calls]
             except BrokenProcessPool:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 import time
 
-from tunekit.measure.spawn import init_worker, main_not_reimported, make_target
+from tunekit.measure.spawn import init_worker, main_not_reimported, make_target, spawning
 from tunekit.plugin.registry import task_of
 from tunekit.records import DEVICE_LOST, RUN_ERROR, RUN_TIMEOUT, Outcome
 from tunekit.runners import TimingPolicy
@@ -15,64 +16,94 @@ from tunekit.task import TaskSpec
 
 class IsolatedProcess:
     """Runs `tunekit.timing.execute` in a child process with a deadline per request;
-    the child is started on first use and again after it crashed or hung."""
+    the child is started on first use and again after it crashed or hung. Requests
+    come from one thread; `close` may come from another."""
+
+    #: seconds a new child may take to start (interpreter, imports) before its first request
+    start_timeout_s = 120.0
 
     def __init__(self, warmup_s: float = 0.0):
         self.warmup_s = warmup_s
         self._proc = self._conn = None
+        self._lock = threading.Lock()   # a request and `close` never write to the pipe at once
+        self._closed = False
         #: whether the last request ended with the child killed (crash or hang)
         self.crashed = False
 
     def _child(self):
-        if self._proc is None or not self._proc.is_alive():
+        """The connection to a child ready for a request; None if it did not start or once closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            if self._proc is not None and self._proc.is_alive():
+                return self._conn
             from tunekit.plugin.manager import plugins
             ctx = mp.get_context("spawn")
             parent, child = ctx.Pipe()
             self._proc = ctx.Process(target=_serve, args=(child, plugins().modules, self.warmup_s, os.getpid()),
                                      daemon=True, name="tunekit-runner")
-            with main_not_reimported():
+            with main_not_reimported(), spawning():
                 self._proc.start()
             child.close()
-            self._conn = parent
-        return self._conn
+            self._conn, proc = parent, self._proc
+        # it says when it is ready: its start (seconds on a busy machine) is no kernel's time
+        try:
+            if parent.poll(self.start_timeout_s) and parent.recv() == "ready":
+                return parent
+        except (EOFError, OSError):   # it died starting, or `close` came meanwhile
+            pass
+        self.kill(proc)
+        return None
 
     def run(self, target_spec: tuple[str, str], task: TaskSpec, artifact, policy: TimingPolicy) -> Outcome:
         """Check and time `artifact` of `task` on the target rebuilt from `target_spec`."""
         conn, proc = self._child(), self._proc
         self.crashed = False
-        t0 = time.perf_counter()
-        conn.send((target_spec, task, artifact, policy))
+        with self._lock:
+            if conn is None or self._closed:
+                why = "the runner was closed before this kernel ran" if self._closed else "the runner did not start"
+                return Outcome(error=RUN_ERROR, message=why)
+            t0 = time.perf_counter()
+            conn.send((target_spec, task, artifact, policy))
         # the first request of a task also draws inputs and computes the reference
-        if conn.poll(policy.timeout_s):
-            try:
+        try:
+            if conn.poll(policy.timeout_s):
                 return conn.recv()
-            except EOFError:
-                pass
+        except EOFError:
             proc.join(1)
             code = proc.exitcode
-            self.kill()
+            self.kill(proc)
             return Outcome(error=RUN_ERROR, message=f"the kernel crashed the runner (exit code {code})",
                            seconds=time.perf_counter() - t0)
-        self.kill()
+        except OSError:   # `close` came meanwhile
+            return Outcome(error=RUN_ERROR, message="the runner was closed while this kernel ran")
+        self.kill(proc)
         return Outcome(error=RUN_TIMEOUT, message=f"no result within {policy.timeout_s:g} s",
                        seconds=time.perf_counter() - t0)
 
-    def kill(self) -> None:
+    def kill(self, proc=None) -> None:
+        """Kill the child (when `proc` is given: if the child is still that process)."""
         self.crashed = True
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(5)
-            self._conn.close()
-            self._proc = self._conn = None
+        with self._lock:
+            if self._proc is None or proc not in (None, self._proc):
+                return
+            proc, conn, self._proc, self._conn = self._proc, self._conn, None, None
+        proc.kill()
+        proc.join(5)
+        conn.close()
 
     def close(self) -> None:
-        """Ask the child to exit, and kill it if it does not within 2 s."""
-        if self._proc is not None:
-            try:
-                self._conn.send(None)
-            except OSError:
-                pass
-            self._proc.join(2)
+        """Ask the child to exit, and kill it if it does not within 2 s; no child starts after."""
+        with self._lock:
+            self._closed = True
+            proc, conn = self._proc, self._conn
+            if conn is not None:
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+        if proc is not None:
+            proc.join(2)
             self.kill()
             self.crashed = False
 
@@ -89,6 +120,7 @@ def _serve(conn, modules: dict[str, str], warmup_s: float, parent: int) -> None:
     """The child: serve (target spec, task spec, artifact, policy) requests until None or EOF."""
     from tunekit.measure.timing import execute
     init_worker(None, modules, parent)
+    conn.send("ready")
     tasks: dict = {}
     while True:
         try:

@@ -50,6 +50,7 @@ def init_worker(max_bytes: int | None, modules: dict[str, str], parent: int) -> 
 
     from tunekit.plugin.manager import plugins
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # held off since the start (`spawning`)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="tunekit-parent-watch").start()
     p = plugins()
@@ -94,6 +95,33 @@ def spawnable(component) -> bool:
     from tunekit.plugin.registry import entry_of
     entry = entry_of(component)
     return entry is not None and plugins().importable(entry.plugin)
+
+
+@contextmanager
+def spawning():
+    """Start child processes with Ctrl-C held off. A child starts with SIGINT blocked (the
+    mask is inherited through exec) until `init_worker` ignores it: a Ctrl-C that reaches
+    the process group while the child imports is dropped instead of printing its traceback.
+    In the main thread a Ctrl-C that comes while a child is being started is raised once it
+    is started: a start cut short leaves a child waiting for its instructions, which prints a
+    traceback when this process exits. No Ctrl-C is lost."""
+    from multiprocessing import resource_tracker
+    held: list = []
+    old = None
+    if threading.current_thread() is threading.main_thread() and callable(signal.getsignal(signal.SIGINT)):
+        old = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        resource_tracker.ensure_running()   # first: starting it unblocks SIGINT in this thread
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)   # runs a Ctrl-C still pending first (it lands in `held`)
+            if held:
+                old(signal.SIGINT, held[0])
 
 
 @contextmanager

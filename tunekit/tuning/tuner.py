@@ -86,6 +86,7 @@ class Tuner:
         self.budget = budget or Budget.of(recipe.tuning)
         self.run_id = f"{recipe.run_hash()}:{recipe.tuning.seed}"
         self.target = recipe.target.create()   # whether its kernels can run is the runner's to say (start)
+        self.interrupted = False   # set by Ctrl-C / SIGTERM during `run`
 
     def _state(self, db: Database, task, measurer: Measurer) -> TaskState:
         ts = task.bind(self.target, measurer.pool)
@@ -132,9 +133,9 @@ class Tuner:
     def run(self) -> list[TaskState]:
         """Tune to the end of the budget. Ctrl-C or SIGTERM stops it after closing the
         workers: `Interrupted` (a KeyboardInterrupt) says how many trials were saved."""
-        self.saved = 0
+        self.saved, self.interrupted = 0, False
         try:
-            with _sigterm_as_interrupt():
+            with _interrupts_stop(self):
                 return self._run()
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted; {self.saved} trials of this run saved in {self.recipe.database.path}; "
@@ -163,6 +164,8 @@ class Tuner:
             if self.progress:
                 self.progress.start(states, self.budget.trials)
             while sum(s.done for s in states) < total:
+                if self.interrupted:   # raised where Python could only print it (see `_interrupts_stop`)
+                    raise KeyboardInterrupt
                 live = [s for s in states if not self._finished(s, cap, t_end)]
                 if not live:
                     break
@@ -189,6 +192,8 @@ class Tuner:
         far apart): the two times differ (shown in the summary). On a quiet machine nothing is
         measured twice."""
         for st in states:
+            if self.interrupted:
+                raise KeyboardInterrupt
             if st.best is not None and st.done and st.suspect:
                 (again,) = measurer.measure(st.ts, [st.best.index])
                 st.retimed = again.cost if again.ok else None
@@ -289,16 +294,30 @@ class Tuner:
 
 
 @contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM stops a run as Ctrl-C does (workers closed, every trial kept); main thread only."""
+def _interrupts_stop(tuner: Tuner):
+    """SIGTERM stops a run as Ctrl-C does (workers closed, every trial kept); main thread only.
+    Both also mark the run (`tuner.interrupted`; Ctrl-C only where Python's own handler has it):
+    a KeyboardInterrupt raised where Python can only print it (in a finalizer the garbage
+    collector runs) still stops the run, before its next batch."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum, frame):
+        tuner.interrupted = True
         raise KeyboardInterrupt
-    old = signal.signal(signal.SIGTERM, interrupt)
+    old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)
+           if s == signal.SIGTERM or signal.getsignal(s) is signal.default_int_handler}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        late = None
+        for s, handler in old.items():
+            while signal.getsignal(s) is not handler:
+                try:
+                    signal.signal(s, handler)
+                except KeyboardInterrupt as e:   # one that came just now: Python runs it before the swap
+                    late = e
+        if late is not None:
+            raise late
+
