@@ -129,7 +129,7 @@ def checked_best(db: Database, row: dict) -> dict:
             ok = [t for t in current_trials(db, ts, key)[0] if t.ok]
             if ok and (best is None or min(t.cost for t in ok) < best[0].cost):
                 best = (min(ok, key=lambda t: t.cost), template)
-    except TunekitError:
+    except (TunekitError, ValueError):   # its plugin is gone, or its options are not valid today
         return {**row, "checked": False}
     if best is None:
         return {**row, "template": None, "index": None, "config": None, "cost": None, "gflops": 0.0, "checked": True}
