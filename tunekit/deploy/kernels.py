@@ -128,15 +128,14 @@ def checked_best(db: Database, row: dict) -> dict:
             key = TaskKey(row["workload"], row["target"], row["device"], template)
             ok = [t for t in current_trials(db, ts, key)[0] if t.ok]
             if ok and (best is None or min(t.cost for t in ok) < best[0].cost):
-                best = (min(ok, key=lambda t: t.cost), template)
+                best = (min(ok, key=lambda t: t.cost), ts)
     except (TunekitError, ValueError):   # its plugin is gone, or its options are not valid today
         return {**row, "checked": False}
     if best is None:
         return {**row, "template": None, "index": None, "config": None, "cost": None, "gflops": 0.0, "checked": True}
-    trial, template = best
-    flops = make_task(row["op"], row["args"]).flops
-    return {**row, "template": template, "index": trial.index, "config": trial.config, "cost": trial.cost,
-            "gflops": flops / trial.cost / 1e9, "checked": True}
+    trial, ts = best
+    return {**row, "template": ts.template.name, "index": trial.index, "config": trial.config, "cost": trial.cost,
+            "gflops": ts.task.flops / trial.cost / 1e9, "checked": True}
 
 
 def build(op: str, args: dict, target="x86", template: str | None = None, *,
