@@ -12,7 +12,7 @@ from tunekit.errors import ArgumentError, SpaceError, TemplateError, TunekitErro
 from tunekit.features import PROGRAM_KINDS, extract
 from tunekit.models import Candidate
 from tunekit.ops.epilogue import anchor_args, has_epilogue
-from tunekit.ops.op import Op, Template
+from tunekit.ops.op import ANY_OP, Op, Template
 from tunekit.records import Trial
 from tunekit.space import ConfigEntity, ConfigSpace
 
@@ -44,7 +44,7 @@ class Task:
         self.op = op
         self.args = op.canonical(args or {})
         self.template_name = template
-        self.templates = tuple(t for t in templates if t.op == op.name)
+        self.templates = tuple(t.bound(op) for t in templates if t.op in (op.name, ANY_OP))
         self.key = op.key(self.args)
         self.weight = weight
 

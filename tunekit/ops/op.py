@@ -1,11 +1,12 @@
 """Operators and schedule templates."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -20,6 +21,8 @@ MAX_SIZE = 2**31 - 1
 #: an axis extent (a positive int up to MAX_SIZE); use it for the size fields of an op's Args
 Size = Annotated[int, Field(ge=1, le=MAX_SIZE)]
 _INT64 = 2**63
+#: the `op` of a generic template: one that schedules any op from its computation alone
+ANY_OP = "*"
 
 
 class OpArgs(BaseModel):
@@ -112,6 +115,9 @@ class Template:
 
     `fn(cfg, device, **args) -> (schedule, tensors)`; tensors in kernel
     parameter order. `targets` holds target names ("x86") or families ("cpu").
+    A generic template has `op = ANY_OP` and `fn(op, cfg, device, **args)`: it
+    schedules any op (its epilogue and layout included) from `op.compute(**args)`;
+    a Task binds it to its op (`bound`).
     """
     op: str
     name: str
@@ -122,14 +128,27 @@ class Template:
     epilogue: bool = False
     #: whether `fn` schedules the blocked layouts ("NCHW{b}c": `tunekit.ops.layout`) instead of plain NCHW
     blocked: bool = False
+    #: whether it schedules any op from its computation (set for `op = ANY_OP`; kept by `bound`)
+    generic: bool = False
     #: who contributed it, e.g. "plugin 'acme', acme-tunekit 1.2": set by the registry, for messages
     origin: str = field(default="", compare=False, repr=False)
+
+    def __post_init__(self):
+        self.generic = self.generic or self.op == ANY_OP
+
+    def bound(self, op: Op) -> Template:
+        """This template for `op`: itself, or a generic template's copy whose `fn` takes the op's args."""
+        if self.op != ANY_OP:
+            return self
+        t = replace(self, op=op.name, fn=functools.partial(self.fn, op))
+        t.origin = self.origin
+        return t
 
     def serves(self, target, args: dict | None = None) -> bool:
         """Whether this template can schedule the op on `target` (with `args`: also its epilogue)."""
         from tunekit.ops.epilogue import has_epilogue
         from tunekit.ops.layout import block_of
-        if args is not None and (has_epilogue(args) and not self.epilogue
-                                 or bool(block_of(args.get("layout"))) != self.blocked):
+        if args is not None and not self.generic and (has_epilogue(args) and not self.epilogue
+                                                      or bool(block_of(args.get("layout"))) != self.blocked):
             return False
         return target.name in self.targets or target.family in self.targets

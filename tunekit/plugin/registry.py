@@ -15,6 +15,7 @@ from tunekit.explorers import Explorer
 from tunekit.frontends import Frontend
 from tunekit.models import CostModel
 from tunekit.ops import Op, Template
+from tunekit.ops.op import ANY_OP
 from tunekit.plugin.manager import BrokenPlugin, generation, plugins
 from tunekit.runners import Runner
 from tunekit.targets import Target
@@ -153,8 +154,8 @@ class Registry:
 
 
     def templates_of(self, op: str) -> list[Template]:
-        """The templates contributed for op `op`."""
-        return [t for t in self.templates if t.op == op]
+        """The templates contributed for op `op`, the generic ones (`ANY_OP`) included."""
+        return [t for t in self.templates if t.op in (op, ANY_OP)]
 
     def task(self, op: str | None = None, args: dict | None = None, *, workload: str | None = None,
              template: str | None = None, weight: int = 1) -> Task:
