@@ -1,10 +1,92 @@
-"""What the rules read from a computation."""
+"""What the rules read from a computation: which stages inline, which reduce with
+data reuse, which loads are contiguous along which axis, and how a stage reads its
+producer."""
 from __future__ import annotations
+
+from tunekit import ir
+from tunekit.te.tensor import ComputeOp, TensorLoad
+
+
+def loads(expr) -> list[TensorLoad]:
+    """The tensor reads of `expr`, in order."""
+    out = []
+
+    class V(ir.Visitor):
+        def visit_TensorLoad(self, node):
+            out.append(node)
+            self.generic_visit(node)
+    V().visit(expr)
+    return out
 
 
 def inline_injective(s, outputs) -> None:
-    """Inline every elementwise/injective stage that is not an output into its consumers."""
+    """Inline every elementwise/injective stage that is not an output into its consumers
+    (padding, layout packing, epilogue producers): no buffer, no extra pass."""
     outs = {t.op for t in outputs}
     for st in s.stages:
         if st.op not in outs and not st.op.reduce_axis:
             st.compute_inline()
+
+
+def body_of(s, op: ComputeOp):
+    """`op`'s body with inlined producers substituted (what its loops really read)."""
+    from tunekit.te.lower import _Inline
+    return _Inline({st.op for st in s.stages if st.attach == "inline"}).visit(op.body)
+
+
+def has_reuse(s, op: ComputeOp) -> bool:
+    """Whether some input of reduction `op` is read by fewer than all its spatial axes
+    (so a tile of outputs reuses its elements: matmul, conv; not softmax, pooling)."""
+    if not op.reduce_axis:
+        return False
+    spatial = set(op.axis)
+    for load in loads(body_of(s, op)):
+        used = set().union(*(ir.free_vars(i) for i in load.indices)) if load.indices else set()
+        if not spatial <= used:
+            return True
+    return False
+
+
+def contiguous_axis(s, op: ComputeOp) -> dict:
+    """{axis: number of reads of `op` that are contiguous along it} (the last index is
+    the axis plus terms of other axes only)."""
+    count: dict = {}
+    for load in loads(body_of(s, op)):
+        if not load.indices:
+            continue
+        last = load.indices[-1]
+        form = _affine(last)
+        if form is None:
+            continue
+        for v, c in form.items():
+            if v is not None and c == 1:
+                count[v] = count.get(v, 0) + 1
+    return count
+
+
+def reads_of(s, consumer: ComputeOp, producer) -> list[TensorLoad]:
+    """The reads of `producer` (a tensor) by `consumer`, inlined stages seen through."""
+    return [ld for ld in loads(body_of(s, consumer)) if ld.tensor is producer]
+
+
+def prefix_read(s, consumer: ComputeOp, producer) -> int:
+    """n when `consumer` reads `producer` (n-dimensional) only at its own first n axes
+    (a row statistic read by a row-wise consumer: softmax's max and sum give 1, an
+    epilogue's accumulator gives all of them), else -1."""
+    reads = reads_of(s, consumer, producer)
+    n = len(producer.shape)
+    if not reads or n > len(consumer.axis):
+        return -1
+    ok = all(len(ld.indices) == n and all(i is a for i, a in zip(ld.indices, consumer.axis)) for ld in reads)
+    return n if ok else -1
+
+
+def consumers(s, producer) -> list:
+    """The stages that are not inlined and read `producer`, inlined stages seen through."""
+    return [st for st in s.stages if st.attach != "inline" and st.op.output is not producer
+            and reads_of(s, st.op, producer)]
+
+
+def _affine(e) -> dict | None:
+    from tunekit.te import bound
+    return bound.affine(e, bound.ALL)

@@ -32,6 +32,10 @@ class _PyPrinter(Printer):
             return self._threads(s, ind, out)
         if isinstance(s, n.Allocate) and s.buffer.scope == "shared" and self.in_threads:
             return self.stmt(s.body, ind, out)      # allocated per block, before the threads
+        if isinstance(s, n.For) and s.extent == 1 and s.kind != n.THREAD:
+            # no block for a one-iteration loop: Python allows only 20 nested blocks
+            out.append(f"{'  ' * ind}{self.name(s.var)} = 0")
+            return self.stmt(s.body, ind, out)
         if isinstance(s, n.Barrier) and self.in_threads:
             out.append(f"{'  ' * ind}yield")
             return None

@@ -4,7 +4,8 @@
 rewrite its loop nest (split, tile, fuse, reorder), annotate loops (vectorize,
 unroll, parallel, bind to GPU axes), and place it (compute_at, compute_inline).
 `Schedule.cache_read` / `cache_write` add staging copies in "shared" or "local"
-memory. Nothing is lowered here: `tunekit.te.lower` reads the result.
+memory; `Schedule.rfactor` splits a reduction into per-lane partial results.
+Nothing is lowered here: `tunekit.te.lower` reads the result.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import ScheduleError
-from .tensor import REDUCE, SPATIAL, ComputeOp, IterVar, PlaceholderOp, Tensor, TensorLoad, compute
+from .tensor import REDUCE, SPATIAL, ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, compute
 
 
 @dataclass(eq=False)
@@ -194,6 +195,40 @@ class Schedule:
         cstage = self._add(Stage(cop, self), before=stage)
         cstage.scope = scope
         return cache
+
+    def rfactor(self, t: Tensor, axis: IterVar, factor: int) -> Tensor:
+        """Reduce `t` in two steps: first into `factor` partial results per element,
+        `rf[..., l] = reduce(body with axis = axis.o * factor + l)` over `axis.o` and
+        the other reduction axes, then `t[...] = reduce(rf[..., l])` over l. The lanes
+        l are a spatial axis of `rf` (its last), so they can be vectorized. Call it
+        before scheduling `t`'s stage; `factor` must divide `axis.extent`.
+
+        Returns:
+            rf, whose stage is new and comes before `t`'s.
+        """
+        stage = self[t]
+        op, body = stage.op, stage.op.body
+        if not isinstance(body, Reduce) or axis not in body.axes:
+            raise ScheduleError(f"rfactor({t.name}): {axis.name} is not a reduction axis of {t.name}")
+        if stage.relations or axis.extent % factor:
+            raise ScheduleError(f"rfactor({t.name}, {axis.name}, {factor}): needs an unscheduled stage and a "
+                                f"factor that divides {axis.extent}")
+        new_axis = [IterVar(a.name, ir.INDEX, a.extent, SPATIAL) for a in op.axis]
+        lane = IterVar(f"{axis.name}.l", ir.INDEX, factor, SPATIAL)
+        outer = IterVar(f"{axis.name}.o", ir.INDEX, axis.extent // factor, REDUCE)
+        others = {a: IterVar(a.name, ir.INDEX, a.extent, REDUCE) for a in body.axes if a is not axis}
+        sub = {**dict(zip(op.axis, new_axis)), **others, axis: outer * factor + lane}
+        src = ir.substitute(body.source, sub)
+        rop = ComputeOp(f"{t.name}.rf", [*new_axis, lane],
+                        Reduce(body.combiner, src, (outer, *others.values()), body.dtype))
+        rf = Tensor(rop, (*t.shape, factor), body.dtype, rop.name)
+        rop.output = rf
+        r = IterVar(f"{axis.name}.r", ir.INDEX, factor, REDUCE)
+        op.body = Reduce(body.combiner, TensorLoad(rf, (*op.axis, r)), (r,), body.dtype)
+        op.reduce_axis = [r]
+        stage.leaf = [*op.axis, r]
+        self._add(Stage(rop, self), before=stage)
+        return rf
 
 
 def _replace_input(op: ComputeOp, old: Tensor, new: Tensor) -> None:
