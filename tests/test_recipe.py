@@ -140,11 +140,13 @@ def test_task_errors(fake):
         f"(its arguments: {', '.join(reg.ops['matmul'].obj.Args.model_fields)})"),
         ("recipe.toml: tasks[0].args.K: Input should be a valid integer, unable to parse string as an integer "
         "(got 'x')")]
-    assert task_problems({"args": {}}) == ["recipe.toml: tasks[0]: give either op (with args), workload or model"]
+    assert task_problems({"args": {}}) == [
+        "recipe.toml: tasks[0]: give either op (with args), workload, model or compute"]
     assert task_problems({"op": "matmul", "workload": "fake.mm"})[0].startswith(
         "recipe.toml: tasks[0]: give either op or workload, not both")
     assert task_problems({"opp": "matmul"})[0] == (
-        "recipe.toml: tasks[0].opp: unknown key 'opp' (its keys: op, args, workload, template, model)")
+        "recipe.toml: tasks[0].opp: unknown key 'opp' (its keys: op, args, workload, template, model, compute, name, "
+        "outputs)")
     assert problems({k: v for k, v in BASE.items() if k != "tasks"}) == [
         "recipe.toml: tasks: no tasks to tune; add [[tasks]] tables with op + args, workload or model"]
 

@@ -11,6 +11,7 @@ from tunekit import te
 from tunekit.errors import ArgumentError, SpaceError, TemplateError, TunekitError
 from tunekit.features import PROGRAM_KINDS, extract
 from tunekit.models import Candidate
+from tunekit.ops.computed import ComputedOp
 from tunekit.ops.epilogue import anchor_args, has_epilogue
 from tunekit.ops.op import ANY_OP, Op, Template
 from tunekit.records import Trial
@@ -64,6 +65,8 @@ class Task:
 
     def anchor(self) -> Task:
         """This task without its fused epilogue (the same config space: its records serve this task)."""
+        if isinstance(self.op, ComputedOp):   # its args are the user's: none of them is an epilogue field
+            return self
         return self._with(anchor_args(self.args))
 
     def serving(self, target) -> list[Template]:
@@ -84,7 +87,8 @@ class Task:
                                     f"{target.name!r} (available: {', '.join(t.name for t in cands) or 'none'})")
             return named[0]
         if not cands:
-            fused = " that computes a fused epilogue (bias, residual, activation)" * has_epilogue(self.args)
+            epilogue = has_epilogue(self.args) and not isinstance(self.op, ComputedOp)
+            fused = " that computes a fused epilogue (bias, residual, activation)" * epilogue
             raise TemplateError(f"no schedule template{fused} for op {self.op.name!r} on target {target.name!r}; "
                                 "install a plugin that provides one")
         return max(cands, key=lambda t: t.priority)
@@ -101,7 +105,8 @@ class Task:
 
     def spec(self) -> TaskSpec:
         """Plain, picklable data to rebuild this task in another process (`tunekit.plugin.registry`)."""
-        return TaskSpec(self.op.name, tuple(sorted(self.args.items())), self.template_name)
+        computation = self.op.portable(self.args) if isinstance(self.op, ComputedOp) else None
+        return TaskSpec(self.op.name, tuple(sorted(self.args.items())), self.template_name, computation)
 
     def bind(self, target, pool=None) -> TaskSpace:
         """This task on `target`: its template, space and programs; `pool` (a
@@ -111,10 +116,13 @@ class Task:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A task as plain data: op name, canonical args (sorted pairs), template name."""
+    """A task as plain data: op name, canonical args (sorted pairs), template name, and
+    for an op made from a user's function (`tunekit.ops.computed`) its computation as
+    JSON text (the op is not in the registry of another process)."""
     op: str
     args: tuple
     template: str | None
+    computation: str | None = None
 
 
 class TaskSpace:

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from tunekit.errors import ArgumentError, TunekitError
 from tunekit.memory import ALIGN, misaligned
 from tunekit.ops.epilogue import has_epilogue
-from tunekit.plugin.registry import make_component, registry
+from tunekit.plugin.registry import make_component, registry, task_of
 from tunekit.plugin.registry import task as make_task
 from tunekit.store.database import Database, TaskKey
-from tunekit.task import Task
+from tunekit.task import Task, TaskSpec
 
 _local = threading.local()
 
@@ -123,7 +123,8 @@ def checked_best(db: Database, row: dict) -> dict:
         target = cls(cls.Options(**row["target_options"]))
         best = None
         for template in db.templates(row["workload"], row["target"], row["device"]):
-            ts = make_task(row["op"], row["args"], template=template).bind(target)
+            spec = TaskSpec(row["op"], tuple(sorted(row["args"].items())), template, db.computation(row["workload"]))
+            ts = task_of(spec).bind(target)
             ts.fingerprint = row["device"]   # records of another machine's device are read as theirs
             key = TaskKey(row["workload"], row["target"], row["device"], template)
             ok = [t for t in current_trials(db, ts, key)[0] if t.ok]
@@ -138,13 +139,26 @@ def checked_best(db: Database, row: dict) -> dict:
             "gflops": ts.task.flops / trial.cost / 1e9, "checked": True}
 
 
-def build(op: str, args: dict, target="x86", template: str | None = None, *,
+def build(op: str | Task, args: dict | None = None, target="x86", template: str | None = None, *,
           database: Database | None = None) -> Kernel:
     """Compile `op(**args)` for `target` with the best config in `database` (default: the
     active `apply_history_best` one) of the template named, else of any that serves the
-    op; with no record, the default template's default config (`ConfigSpace.default`)."""
+    op; with no record, the default template's default config (`ConfigSpace.default`).
+    `op` may be a Task instead (`tunekit.Task(...)`, `tunekit.Task.from_compute(...)`),
+    which holds its args: `build(task, target="x86")`.
+
+    Raises:
+        ArgumentError: a Task given with args.
+    """
     tgt = make_component("target", target)
-    task = make_task(op, args, template=template)
+    if isinstance(op, Task):
+        if args is not None:
+            raise ArgumentError(f"tunekit.build({op.name}, ...): a Task holds its args; give the target by "
+                                "keyword: tunekit.build(task, target=...)")
+        task = op if template is None else Task(op.op, op.args, template=template, workload=op.workload,
+                                                templates=op.templates)
+    else:
+        task = make_task(op, args, template=template)
     if database is None:
         stack = getattr(_local, "stack", [])
         database = stack[-1] if stack else None

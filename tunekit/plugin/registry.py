@@ -10,11 +10,12 @@ import re
 from dataclasses import dataclass
 
 from tunekit.component import Component, Options
-from tunekit.errors import PluginError, TunekitError, UnknownComponent
+from tunekit.errors import ArgumentError, PluginError, TunekitError, UnknownComponent
 from tunekit.explorers import Explorer
 from tunekit.frontends import Frontend
 from tunekit.models import CostModel
 from tunekit.ops import Op, Template
+from tunekit.ops.computed import ComputedOp
 from tunekit.ops.op import ANY_OP
 from tunekit.plugin.manager import BrokenPlugin, generation, plugins
 from tunekit.runners import Runner
@@ -169,6 +170,14 @@ class Registry:
         return Task(self.op(op), args, template=template, weight=weight, workload=workload,
                     templates=self.templates_of(op))
 
+    def computed_task(self, op: ComputedOp, args: dict | None = None, *, template: str | None = None,
+                      weight: int = 1) -> Task:
+        """A Task of a computed op, with the generic templates (the only ones that can schedule it)."""
+        if op.name in self.ops:
+            raise ArgumentError(f"computation name {op.name!r} is the name of an installed op "
+                               f"({self.ops[op.name].plugin!r}); records would mix them: choose another name")
+        return Task(op, args, template=template, weight=weight, templates=[t for t in self.templates if t.generic])
+
 
 _REGISTRY: Registry | None = None
 
@@ -201,8 +210,41 @@ def task(op: str | None = None, args: dict | None = None, *, workload: str | Non
     return registry().task(op, args, workload=workload, template=template, weight=weight)
 
 
+def from_compute(fn, args: dict | None = None, *, name: str | None = None, template: str | None = None,
+                 weight: int = 1, outputs: int = 1) -> Task:
+    """Make a Task of a computation of your own, written with `tunekit.te` (no op to register).
+
+    The task is tuned through the generic templates (`auto`); its workload key is the
+    structural hash of the computation, so equal computations share records whatever
+    their names. Use it as `tunekit.Task.from_compute(...)`.
+
+    Args:
+        fn: called as `fn(**args)`, returns te tensors in kernel parameter order: the
+            te.placeholder inputs, then the `outputs` te.compute outputs.
+        args: its keyword arguments (JSON scalars: int, float, str, bool, None).
+        name: the op's name in task names and records (default: the function's name):
+            lower-case letters, digits and underscores, not an installed op's name.
+        template: the template to use (default: every generic one that serves the target).
+        weight: how many times a network runs it (the scheduler weighs its time by it).
+        outputs: how many tensors at the end of what `fn` returns are outputs.
+    Returns:
+        the Task (`tunekit.task.Task`, its op a `tunekit.ops.computed.ComputedOp`).
+    Raises:
+        ArgumentError: a bad name, args or outputs.
+        TunekitError: `fn` fails, or returns something other than that list of tensors.
+    """
+    return registry().computed_task(ComputedOp(fn, name, outputs), args, template=template, weight=weight)
+
+
+task.from_compute = from_compute  # type: ignore[attr-defined]   # tunekit.Task.from_compute(...)
+
+
 def task_of(spec: TaskSpec) -> Task:
-    """The Task that `spec` (plain data sent to another process) describes."""
+    """The Task that `spec` (plain data sent to another process) describes: an installed
+    op by name, or a computed op rebuilt from the computation the spec carries."""
+    if spec.computation is not None:
+        return registry().computed_task(ComputedOp.from_portable(spec.computation), dict(spec.args),
+                                        template=spec.template)
     return registry().task(spec.op, dict(spec.args), template=spec.template)
 
 

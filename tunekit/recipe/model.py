@@ -27,9 +27,11 @@ from pydantic import (
 )
 
 from tunekit.errors import ModelError, RecipeError, TemplateError, TunekitError, UnknownComponent
+from tunekit.ops.computed import ComputedOp
 from tunekit.plugin.registry import registry
 from tunekit.plugin.registry import task as make_task
 from tunekit.recipe.components import component_field
+from tunekit.recipe.computed import computed_task
 from tunekit.recipe.errors import check_keys, error, message, path
 from tunekit.runners import TimingPolicy
 from tunekit.targets import RunSettings
@@ -61,7 +63,14 @@ class TaskSpec(Section):
                                  "for the op on the target.")
     model: str | None = Field(None, description="A model file (e.g. \"net.onnx\", relative to the recipe) instead: "
                               "its distinct tasks, each weighted by how often the network runs it.")
+    compute: str | dict | None = Field(None, description="A computation of your own instead of an op: "
+                                       "\"package.module:function\", a function of args returning te tensors "
+                                       "(inputs, then outputs); tuned through the generic templates (auto).")
+    name: str | None = Field(None, description="The name of a compute entry's op (default: the function's).")
+    outputs: int | None = Field(None, ge=1, description="How many of the tensors a compute entry's function "
+                                "returns, at the end, are outputs (default 1).")
     _model_tasks: list = PrivateAttr(default_factory=list)
+    _computed: Task | None = PrivateAttr(None)
     _graph: Any = PrivateAttr(None)
 
     @model_validator(mode="before")
@@ -69,6 +78,9 @@ class TaskSpec(Section):
     def _shorthand(cls, data):
         if isinstance(data, str):  # tasks = ["resnet18.C6"]
             return {"workload": data}
+        if isinstance(data, Task) and isinstance(data.op, ComputedOp):   # as plain data: its function may be local
+            return {"compute": data.op.facts(data.args).data, "name": data.op.name, "outputs": data.op.num_outputs,
+                    "args": data.args, "template": data.template_name}
         if isinstance(data, Task):
             return {"op": data.op.name, "args": data.args, "template": data.template_name}
         return data
@@ -78,8 +90,13 @@ class TaskSpec(Section):
         reg = registry()
         if self.model is not None:
             return self._network((info.context or {}).get("base", "."))
+        if self.compute is not None:
+            return self._computation(self.compute, (info.context or {}).get("base", "."))
+        if self.name is not None or self.outputs is not None:
+            raise error([(("name" if self.name is not None else "outputs",), "goes with compute (a computation of "
+                          "your own); an op's name is op", None)])
         if self.op is None and self.workload is None:
-            raise error([((), "give either op (with args), workload or model", None)])
+            raise error([((), "give either op (with args), workload, model or compute", None)])
         if self.op is not None and self.workload is not None:
             raise error([((), f"give either op or workload, not both (workload {self.workload!r} names its op)",
                            None)])
@@ -104,15 +121,22 @@ class TaskSpec(Section):
 
     def _network(self, base: str):
         from tunekit.deploy.network import load_graph
-        if self.op is not None or self.workload is not None or self.template is not None or self.args:
-            raise error([((), "a model entry takes no op, workload, args or template (they come from the model)",
-                           None)])
+        if self.op is not None or self.workload is not None or self.template is not None or self.args \
+                or self.compute is not None:
+            raise error([((), "a model entry takes no op, workload, compute, args or template (they come from the "
+                           "model)", None)])
         path = Path(base) / self.model
         self.model = str(path.resolve())   # the recipe's dict (to_dict) then validates from anywhere
         try:
             self._graph = load_graph(str(path))
         except TunekitError as e:
             raise error([(("model",), str(e), self.model)]) from None
+        return self
+
+    def _computation(self, compute: str | dict, base: str):
+        if self.op is not None or self.workload is not None:
+            raise error([((), "a compute entry takes no op or workload (its function is the op)", None)])
+        self._computed = computed_task(compute, self.name, self.outputs, self.args, self.template, base)
         return self
 
     def on_target(self, target) -> None:
@@ -126,6 +150,8 @@ class TaskSpec(Section):
         """Return the Tasks (`tunekit.task.Task`) this entry describes (a model's are weighted by their counts)."""
         if self.model is not None:
             return list(self._model_tasks)
+        if self._computed is not None:
+            return [self._computed]
         return [make_task(self.op, self.args, workload=self.workload, template=self.template)]
 
 
@@ -292,7 +318,8 @@ class Recipe(Section):
         """
         # options left at their defaults are left out: an option added later keeps old runs' hashes
         data = self.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-        data["tasks"] = [[t.op.name, t.args, t.template_name] for t in self.task_objects()]
+        data["tasks"] = [[t.op.name, t.args, t.template_name, *([t.key] if isinstance(t.op, ComputedOp) else [])]
+                         for t in self.task_objects()]
         for key in (*BUDGETS, "seed"):
             data.get("tuning", {}).pop(key, None)
         for key in ("build_workers", "runner"):   # how and where, not what, is measured

@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS trials (
 );
 CREATE INDEX IF NOT EXISTS trials_task ON trials (workload, target, device, template);
 CREATE INDEX IF NOT EXISTS trials_run ON trials (run, workload);
+CREATE TABLE IF NOT EXISTS computations (   -- what a computed op's workload computes (TaskSpec.computation)
+    workload TEXT PRIMARY KEY, computation TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS claims (   -- configs a tuner process is about to measure (several may share a database)
     workload TEXT NOT NULL, target TEXT NOT NULL, device TEXT NOT NULL, template TEXT NOT NULL,
     config_index TEXT NOT NULL, run TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, timestamp REAL,
@@ -130,6 +133,12 @@ class Database:
                    cost=trial.cost if trial.ok else None, error=trial.error, message=trial.message,
                    flops=task.flops, build_s=trial.build_s, run_s=trial.run_s, timestamp=trial.timestamp,
                    version=__version__)
+        computation = task.spec().computation
+        if computation is not None:   # its op is in no registry: keep what rebuilds it (committed with the trial)
+            try:
+                self.conn.execute("INSERT OR IGNORE INTO computations VALUES (?, ?)", (task.key, computation))
+            except sqlite3.DatabaseError as e:
+                raise storage_error(self.path, e) from None
         rid = self.insert(row)
         if self.log:
             try:
@@ -215,7 +224,8 @@ class Database:
 
     def history(self, target: str, device: str, exclude: set[str], limit: int = 20000) -> list[tuple]:
         """Recent trials of other workloads on this target and device, for transfer:
-        (op, args, template, Trial) tuples, newest first, at most `limit`."""
+        (op, args, template, Trial, computation) tuples, newest first, at most `limit`
+        (computation: what rebuilds a computed op, `TaskSpec.computation`; else None)."""
         q = ("SELECT op, args, template, workload, config_index, config, costs, error, message, build_s, run_s, "
              f"timestamp, {self._space} FROM trials WHERE target=? AND device=? ORDER BY id DESC")
         out = []
@@ -224,10 +234,23 @@ class Database:
                 continue
             out.append((r[0], json.loads(r[1]), r[2], Trial(int(r[4]), json.loads(r[5]), json.loads(r[6]), r[7],
                                                             r[8] or "", r[9] or 0.0, r[10] or 0.0, r[11],
-                                                            r[12] or "")))
+                                                            r[12] or ""), self.computation(r[3])))
             if len(out) >= limit:
                 break
         return out
+
+    def computation(self, workload: str) -> str | None:
+        """Return what rebuilds the computed op of `workload` (`TaskSpec.computation`), or None
+        (a registered op's workload, or a database of an older tunekit)."""
+        cache = self.__dict__.setdefault("_computations", {})
+        if workload not in cache:
+            try:
+                rows = self.conn.execute("SELECT computation FROM computations WHERE workload=?",
+                                         (workload,)).fetchall()
+            except sqlite3.OperationalError:   # no such table: an older database opened read-only
+                rows = []
+            cache[workload] = rows[0][0] if rows else None
+        return cache[workload]
 
     def templates(self, workload: str, target: str, device: str) -> list[str]:
         """The templates that trials of a workload on a device were measured through."""

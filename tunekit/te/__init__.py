@@ -1,6 +1,28 @@
 """Tensor expressions, schedules, lowering, and the affine analysis of index
-expressions that code generators use (`affine`)."""
+expressions that code generators use (`affine`); `evaluate` computes a te computation
+with numpy, `to_data`/`from_data` describe one as plain data and `structural_hash`
+hashes what it computes."""
 from .bound import affine  # noqa: F401
+from .evaluate import evaluate  # noqa: F401
 from .lower import lower  # noqa: F401
 from .schedule import Schedule, Stage, create_schedule  # noqa: F401
-from .tensor import IterVar, Reduce, Tensor, TensorLoad, all_, compute, if_then_else, max, placeholder, reduce_axis, sum  # noqa: F401
+from .serialize import from_data, structural_hash, to_data  # noqa: F401
+from .tensor import (  # noqa: F401
+    IterVar,
+    Reduce,
+    Tensor,
+    TensorLoad,
+    all_,
+    compute,
+    exp,
+    fabs,
+    fma,
+    if_then_else,
+    log,
+    max,
+    placeholder,
+    reduce_axis,
+    sqrt,
+    sum,
+    tanh,
+)

@@ -2,7 +2,8 @@
 
 `placeholder` declares an input, `compute` an output defined element-wise by a
 Python function of its axes, `reduce_axis` + `sum`/`max` a reduction, and
-`if_then_else` a guarded value (padding). Expressions are loop-IR expressions
+`if_then_else` a guarded value (padding), `exp`, `log`, `sqrt`, `tanh`, `fabs`,
+`fma` the intrinsics of the loop IR. Expressions are loop-IR expressions
 (`tunekit.ir`) plus the two nodes here, which lowering turns into loads.
 """
 from __future__ import annotations
@@ -140,6 +141,22 @@ def max(expr, axis) -> Reduce:
 def if_then_else(cond, t, f) -> ir.Expr:
     """`t` where `cond` holds, else `f`; `t` is only read where `cond` holds."""
     return ir.select(cond, t, f)
+
+
+def _intrinsic(fn: str, nargs: int = 1):
+    def call(*args) -> ir.Expr:
+        if len(args) != nargs:
+            raise TypeError(f"te.{fn} takes {nargs} argument(s), got {len(args)}")
+        first = next((a for a in args if isinstance(a, ir.Expr)), None)
+        dtype = first.dtype if first is not None else "float32"
+        return ir.Call(fn, tuple(ir.as_expr(a, dtype) for a in args), dtype)
+    call.__name__ = fn
+    call.__doc__ = f"The intrinsic `{fn}` of {'a float expression' if nargs == 1 else 'float expressions (a * b + c)'}."
+    return call
+
+
+exp, log, sqrt, tanh, fabs = (_intrinsic(f) for f in ("exp", "log", "sqrt", "tanh", "fabs"))
+fma = _intrinsic("fma", 3)
 
 
 def all_(*conds) -> ir.Expr:

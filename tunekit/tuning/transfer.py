@@ -7,8 +7,9 @@ import os
 import tempfile
 
 from tunekit.errors import TunekitError
-from tunekit.plugin.registry import task
+from tunekit.plugin.registry import task_of
 from tunekit.store.database import Database
+from tunekit.task import TaskSpec
 
 
 def transfer(db: Database, states, target, pool=None) -> None:
@@ -18,11 +19,12 @@ def transfer(db: Database, states, target, pool=None) -> None:
     rows = db.history(key.target, key.device, {s.key.workload for s in states})
     spaces: dict = {}
     records = []
-    for op, args, template, trial in rows:
-        k = (op, json.dumps(args, sort_keys=True), template)
+    for op, args, template, trial, computation in rows:
+        k = (op, json.dumps(args, sort_keys=True), template, computation)
         if k not in spaces:
             try:
-                spaces[k] = task(op, args, template=template).bind(target, pool)
+                spec = TaskSpec(op, tuple(sorted(args.items())), template, computation)
+                spaces[k] = task_of(spec).bind(target, pool)
             except TunekitError:
                 spaces[k] = None   # its op or template is no longer installed
         if spaces[k] is not None and (now := spaces[k].current(trial)) is not None:   # not of an older template
