@@ -52,9 +52,14 @@ def emulated() -> ArmCpuTarget:
 
 
 def arm_tasks() -> list[tunekit.Task]:
-    """One small task per template that serves arm-cpu, and its fused epilogues where it has them."""
+    """One small task per template that serves arm-cpu, and its fused epilogues where it has them
+    (the generated template: a matmul with an epilogue and a conv2d)."""
     target, tasks, seen = emulated(), [], set()
     for t in tunekit.registry().templates:
+        if t.generic and t.serves(target):
+            tasks += [tunekit.Task("matmul", {**SHAPES["matmul"], **EPILOGUES[1]}, template=t.name),
+                      tunekit.Task("conv2d", SHAPES["conv2d"], template=t.name)]
+            continue
         if (t.op, t.name) in seen or not t.serves(target):
             continue
         seen.add((t.op, t.name))
@@ -77,10 +82,10 @@ def test_every_arm_template_tunes_under_emulation_with_no_wrong_answer(tmp_path)
             ("conv2d", "nchwc"), ("depthwise_conv2d", "rows"), ("max_pool2d", "rows"), ("conv2d", "blocked"),
             ("depthwise_conv2d", "blocked"), ("max_pool2d", "blocked"), ("avg_pool2d", "rows"),
             ("avg_pool2d", "blocked"), ("global_avg_pool2d", "rows"), ("global_avg_pool2d", "blocked"),
-            ("dense", "rows"), ("group_conv2d", "direct")} <= served
+            ("dense", "rows"), ("group_conv2d", "direct"), ("matmul", "auto"), ("conv2d", "auto")} <= served
     # the fused epilogues of matmul (tiled, packed), dense, conv2d (direct, nchwc, blocked), group_conv2d,
     # depthwise (rows, blocked)
-    assert sum(has_epilogue(t.args) for t in tasks) == 9 * len(EPILOGUES)
+    assert sum(has_epilogue(t.args) for t in tasks) == 9 * len(EPILOGUES) + 1
     states = tunekit.tune(tasks, target=EMULATED, trials=TRIALS, database=str(tmp_path / "arm.db"),
                           measure={"number": 1, "repeat": 2, "min_repeat_ms": 0, "warmup": 0, "retries": 0,
                                    "timeout_s": 60, "runner": {"name": "local", "warmup_s": 0}})

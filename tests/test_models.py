@@ -232,3 +232,18 @@ def test_available_names_the_extra(cls, monkeypatch):
         return real(name, *a, **k)
     monkeypatch.setattr(builtins, "__import__", fake)
     assert cls.available() == f"{lib} is not installed (pip install tunekit[{lib}])"
+
+
+def test_a_space_without_knobs_leaves_nothing_to_learn(model_class, null_target_plugin):
+    from tunekit.ops.matmul import compute
+    from tunekit.task import Task
+
+    def fixed(cfg, device, M, N, K, dtype="float32"):
+        *ins, C = compute(M, N, K, dtype)
+        return tunekit.te.create_schedule(C), [*ins, C]
+    template = tunekit.Template("matmul", "fixed", ("null",), fixed)
+    ts = Task(tunekit.registry().op("matmul"), {"M": 4, "N": 4, "K": 4}, templates=[template]).bind(NullTarget())
+    assert ts.size == 1
+    model = model_class()
+    model.fit(simulated_trials(ts, [0]))
+    assert model.predict(ts.candidates([0])).tolist() == [0.0]

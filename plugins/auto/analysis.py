@@ -19,13 +19,37 @@ def loads(expr) -> list[TensorLoad]:
     return out
 
 
-def inline_injective(s, outputs) -> None:
-    """Inline every elementwise/injective stage that is not an output into its consumers
-    (padding, layout packing, epilogue producers): no buffer, no extra pass."""
+def inline_injective(s, outputs, keep=()) -> None:
+    """Inline every elementwise/injective stage that is not an output or in `keep` into
+    its consumers (padding, layout packing, epilogue producers): no buffer, no extra pass."""
     outs = {t.op for t in outputs}
     for st in s.stages:
-        if st.op not in outs and not st.op.reduce_axis:
+        if st.op not in outs and st not in keep and not st.op.reduce_axis:
             st.compute_inline()
+
+
+def padding(s, outputs) -> list:
+    """The injective stages (not outputs) with a condition in their body (zero padding)
+    that a reduction with reuse reads: each read of an inlined one pays the condition."""
+    outs = {t.op for t in outputs}
+    found = []
+    for st in s.stages:
+        if st.op in outs or st.op.reduce_axis or not _has_select(st.op.body):
+            continue
+        readers = [c for c in s.consumers(st.op.output) if c.op.reduce_axis]
+        if readers and all(has_reuse(s, c.op) for c in readers):
+            found.append(st)
+    return found
+
+
+def _has_select(expr) -> bool:
+    hit = []
+
+    class V(ir.Visitor):
+        def visit_Select(self, node):
+            hit.append(node)
+    V().visit(expr)
+    return bool(hit)
 
 
 def body_of(s, op: ComputeOp):

@@ -1,7 +1,7 @@
 """CPU rules: the schedule of any computation from a few rules, each adding knobs.
 
-1. Inline every injective stage that is not an output (padding, packing, epilogue
-   producers).
+1. Inline every injective stage that is not an output (packing, epilogue producers);
+   padding read by a tiled reduction is inlined or computed first (a knob).
 2. A reduction with data reuse (matmul, conv) gets multi-level tiling: its space
    loops in four levels S0 S1 S2 S3 and its reduction loops in two R0 R1, ordered
    S0 S1 R0 S2 R1 S3 (Ansor's SSRSRS), accumulated in a local buffer computed at
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from .analysis import consumers, contiguous_axis, has_reuse, inline_injective, prefix_read
+from .analysis import consumers, contiguous_axis, has_reuse, inline_injective, padding, prefix_read
 
 
 def registers(device) -> int:
@@ -47,7 +47,13 @@ class Rules:
 
     # -- stage kinds ------------------------------------------------------------
     def run(self) -> None:
-        inline_injective(self.s, self.outputs)
+        keep = []
+        for st in padding(self.s, self.outputs):
+            name = self.knob(f"inline_{st.op.name}")
+            self.cfg.define_knob(name, [True, False])
+            if not self.cfg[name]:
+                keep.append(st)
+        inline_injective(self.s, self.outputs, keep)
         for st in reversed(list(self.s.stages)):
             if st.attach == "inline" or st in self.done:
                 continue

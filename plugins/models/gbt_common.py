@@ -229,6 +229,9 @@ class GBTModel(tunekit.CostModel):
         self.best_y = float(y.max())
         cands = [t.candidate for t in trials]
         x = tunekit.feature_matrix(cands, self.options.features)
+        if x.shape[1] == 0:   # a space without knobs: one config, nothing to learn
+            self._local = None
+            return
         margin = self._global_margin(cands)
         rng = np.random.default_rng([self.options.seed, len(trials)])
         self._local = _Fitted(self.options.features, x.shape[1],
@@ -248,6 +251,8 @@ class GBTModel(tunekit.CostModel):
         order = np.argsort(gid, kind="stable")   # grouped rows, as ranking backends need
         kind = self.options.transfer_features
         x = tunekit.feature_matrix([records[i].candidate for i in order], kind)
+        if x.shape[1] == 0:
+            return
         self._global = _Fitted(kind, x.shape[1], self._fit(x, y[order], gid[order], None, rng))
 
     def _global_margin(self, candidates) -> np.ndarray | None:
