@@ -2,6 +2,7 @@
 tuning results per task over all its templates."""
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import statistics
@@ -128,6 +129,13 @@ class TaskResult:
         curve = self.curve if last is None else self.curve[len(self.curve) - last:] if last > 0 else []
         return [self.flops / c / 1e9 if c != float("inf") else 0.0 for c in curve]
 
+    def best_within(self, n: int) -> tuple[object, str | None]:
+        """The fastest ok trial among the task's first `n` trials, all templates, in the order measured
+        (what `n` trials of its tuning found), and its template's name; (None, None) when none ran ok."""
+        best = min((t for t in self.trials[:n] if t.ok), key=lambda t: t.cost, default=None)
+        owner = next((st for st in self.states if best is not None and any(t is best for t in st.trials)), None)
+        return best, owner.ts.template.name if owner else None
+
 
 def per_task(states) -> list[TaskResult]:
     """Group `tunekit.tune`'s TaskStates by task (their workload key), in the order the tasks came: each
@@ -153,6 +161,14 @@ def per_task(states) -> list[TaskResult]:
             done=sum(st.done for st in sts), tuner_s=sum(st.fit_s + st.propose_s for st in sts),
             measure_s=sum(st.measure_s for st in sts)))
     return out
+
+
+def geomean_worst(ratios: dict[str, float]) -> tuple[float, str, float] | None:
+    """The geometric mean of `ratios` (name -> ratio), and the name and ratio of the lowest; None if empty."""
+    if not ratios:
+        return None
+    worst = min(ratios, key=lambda k: ratios[k])
+    return math.exp(sum(map(math.log, ratios.values())) / len(ratios)), worst, ratios[worst]
 
 
 def _child(fn, args, q):

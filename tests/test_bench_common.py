@@ -1,5 +1,6 @@
-"""bench/common.py: per_task reports a task tuned over several templates as one task, and alternate
-rotates the order of the sides from round to round."""
+"""bench/common.py: per_task reports a task tuned over several templates as one task, best_within
+reads its first n trials, alternate rotates the order of the sides from round to round, and
+geomean_worst summarises ratios."""
 from __future__ import annotations
 
 import sys
@@ -46,3 +47,21 @@ def test_alternate_rotates_the_sides_and_reports_the_median_of_the_rounds(monkey
     out = common.alternate({k: (None, (k,)) for k in "abc"}, rounds=4)
     assert calls == list("abc" "bca" "cab" "abc")
     assert out["a"] == (3.0, 2.0, 3.0) and out["b"] is None and out["c"] == (7.0, 5.0, 7.0)
+
+
+def test_best_within_reads_the_first_n_trials_of_the_merged_history():
+    t = lambda cost, ts, error=None: Trial(0, {}, costs=[] if error else [cost], error=error, timestamp=ts)
+    tiled = [t(4.0, 1), t(0, 3, "build_error"), t(1.0, 5)]
+    packed = [t(3.0, 2), t(2.0, 4)]
+    (mm,) = common.per_task([state("k1", "matmul-1024", "tiled", tiled), state("k1", "matmul-1024", "packed", packed)])
+    assert mm.best_within(1) == (tiled[0], "tiled")
+    assert mm.best_within(4) == (packed[1], "packed")      # the 5th trial (tiled's 1.0) is not within 4
+    assert mm.best_within(5) == mm.best_within(99) == (tiled[2], "tiled")
+    (bad,) = common.per_task([state("k2", "resnet18.C6", "direct", [t(0, 1, "run_error")])])
+    assert bad.best_within(0) == bad.best_within(1) == (None, None)
+
+
+def test_geomean_worst():
+    mean, worst, low = common.geomean_worst({"C1": 2.0, "C2": 0.5, "C3": 1.0})
+    assert abs(mean - 1.0) < 1e-12 and (worst, low) == ("C2", 0.5)
+    assert common.geomean_worst({}) is None

@@ -90,6 +90,84 @@ def test_validate_warns_about_unavailable_components(fake, capsys, tmp_path):
     assert err == f"warning: {path}: target 'fake-gpu' is not available here: no fake GPU here\n"
 
 
+def _null_recipe(tmp_path, **task) -> tuple[Path, Path]:
+    """A recipe tuning one small matmul on the null target (the real `auto` plugin serves it)."""
+    db, recipe = tmp_path / "t.db", tmp_path / "null.json"
+    recipe.write_text(json.dumps({"target": "null", "tasks": [{"op": "matmul", "args": {"M": 16, "N": 16, "K": 16},
+                                                                **task}],
+                                  "tuning": {"trials": 8, "batch_size": 4}, "database": {"path": str(db)}}))
+    return recipe, db
+
+
+def test_validate_shows_the_size_of_the_generated_space(null_target_plugin, capsys, tmp_path):
+    from tunekit.testing import NullTarget
+    recipe, _ = _null_recipe(tmp_path)
+    task = tunekit.Task("matmul", {"M": 16, "N": 16, "K": 16})
+    auto = tunekit.Task("matmul", task.args, template="auto").bind(NullTarget()).size
+    code, out, err = run(capsys, "validate", str(recipe))
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    assert lines[2] == ["#", "task", "workload", "key", "template", "space", "size", "valid", "auto", "space"]
+    rows = [line for line in lines if line[:1] == ["0"]]
+    assert {r[-4] for r in rows} == {t.name for t in task.serving(NullTarget())} and "auto" in {r[-4] for r in rows}
+    assert all(r[-1] == f"{auto:,}" for r in rows)   # the task's, on each of its rows
+    assert "auto space of" not in out
+
+
+def test_validate_says_why_a_task_has_no_generated_space(fake, null_target_plugin, capsys, tmp_path):
+    code, out, err = run(capsys, "validate", str(RECIPES / "good.toml"))   # no `auto` installed
+    assert code == 0, err
+    assert all(line.split()[-1] == "-" for line in out.splitlines() if line[:2] in ("0 ", "1 "))
+    assert "auto space of tasks[0, 1]: no template 'auto' is installed" in out.splitlines()
+
+    def broken(op, cfg, device, **args):
+        raise ValueError("no rule for this op")
+    _plugins.register(SimpleNamespace(tunekit_templates=tunekit.hookimpl(
+        lambda: [tunekit.Template(tunekit.ops.ANY_OP, "auto", ("cpu",), broken, priority=-1)])), "broken-auto")
+    path = tmp_path / "r.json"   # the task names its template: the broken `auto` is not tuned, only sized
+    path.write_text(json.dumps({"target": "null", "model": "fake-model", "explorer": "fake-explorer", "tasks": [
+        {"op": "matmul", "args": {"M": 64, "N": 32, "K": 16}, "template": "null-matmul"}]}))
+    code, out, err = run(capsys, "validate", str(path))
+    assert code == 0, err
+    [row] = [line.split() for line in out.splitlines() if line.startswith("0 ")]
+    assert row[-4] == "null-matmul" and row[-1] == "-"
+    [note] = [line for line in out.splitlines() if line.startswith("auto space of tasks[0]: ")]
+    assert "template 'auto'" in note and note.endswith("ValueError: no rule for this op")
+
+
+def test_show_template_prints_a_config_of_that_template(null_target_plugin, capsys, tmp_path):
+    from tunekit.testing import NullTarget
+    recipe, db = _null_recipe(tmp_path)
+    task = tunekit.Task("matmul", {"M": 16, "N": 16, "K": 16})
+    auto = tunekit.Task("matmul", task.args, template="auto").bind(NullTarget())
+    code, out, err = run(capsys, "show", str(recipe), "--template", "auto")   # nothing recorded yet
+    assert code == 0, err
+    first, config, *program = out.splitlines()
+    assert first == f"{task.name} on null, template 'auto': {auto.space}"
+    default = auto.space.default()
+    assert config == f"config {auto.space.get(default)} (the space's default: no successful trial in {db})"
+    assert "\n".join(program) == str(auto.program(default))
+
+    states = tunekit.tune([task], target="null", trials=8, database=str(db), tuning={"batch_size": 4})
+    assert {st.ts.template.name for st in states} >= {"auto", "null-matmul"}
+    for st in states:   # each template's best record, not the task's best of all
+        code, out, err = run(capsys, "show", str(recipe), "--template", st.ts.template.name)
+        assert code == 0, err
+        first, config, *_ = out.splitlines()
+        assert first.endswith(f"template {st.ts.template.name!r}: {st.ts.space}")
+        assert config.endswith(" (the best recorded)")
+        index = int(config.split("(", 1)[1].split(":", 1)[0])
+        assert min(t.cost for t in st.trials if t.ok and t.index == index) == st.best.cost
+    code, out, err = run(capsys, "show", str(recipe), "--template", "auto", "--config", "0")
+    assert code == 0 and out.splitlines()[1] == f"config {auto.space.get(0)} (--config)"
+
+    code, out, err = run(capsys, "show", str(recipe), "--template", "nope")
+    serving = ", ".join(t.name for t in task.serving(NullTarget()))
+    assert code == 1 and out == ""
+    assert err == (f"error: {recipe}: --template 'nope' does not serve {task.name} on target 'null' "
+                   f"(templates that do: {serving})\n")
+
+
 @pytest.mark.parametrize("name", ["matmul.toml", "resnet18.toml"])
 def test_example_recipes_validate_with_the_installed_plugins(name, capsys):
     pytest.importorskip("llvmlite")

@@ -75,15 +75,22 @@ def validate(args: argparse.Namespace) -> int:
     out = _console()
     tasks = recipe.task_objects()
     target = recipe.target.create()
-    rows = []
+    rows: list[list[str]] = []
+    notes: dict[str, list[str]] = {}   # why a task has no generated space -> those tasks
     for i, t in enumerate(tasks):
         try:
-            rows += [[str(i), t.name, t.key, *_space_summary(v, target)] for v in t.variants(target)]
+            summaries = [_space_summary(v, target) for v in t.variants(target)]
         except TemplateError as e:
             raise TemplateError(f"{recipe.source}: tasks[{i}]: {e}") from e
+        auto, why = _auto_size(t, target)
+        if why:
+            notes.setdefault(why, []).append(str(i))
+        rows += [[str(i), t.name, t.key, *summary, auto] for summary in summaries]
     out.print(f"OK {recipe.source}", markup=False)
     out.print(_table(f"tasks: {len(tasks)}", ["#", "task", "workload key", "template", "space size",
-                                              "valid"], rows))
+                                              "valid", f"{AUTO} space"], rows))
+    for why, which in notes.items():
+        out.print(f"{AUTO} space of tasks[{', '.join(which)}]: {why}", markup=False)
     tuning = recipe.tuning
     budget = [f"{tuning.trials} trials per task", f"seed {tuning.seed}"]
     if tuning.time_budget_s is not None:
@@ -110,6 +117,29 @@ def _space_summary(task, target) -> list[str]:
     except Exception as e:  # best effort: a target may not describe its device here (no driver)
         return ["-", f"unknown ({type(e).__name__}: {e})", "-"]
     return [ts.template.name, f"{ts.space.size:,}", f"{ts.space.valid_fraction():.0%}"]
+
+
+#: the generic template that schedules any op from its computation (plugins/auto)
+AUTO = "auto"
+
+
+def _with_template(task, name: str):
+    """`task` through template `name` (its op, args, weight and workload kept)."""
+    from tunekit.task import Task
+    return Task(task.op, task.args, template=name, weight=task.weight, workload=task.workload,
+                templates=task.templates)
+
+
+def _auto_size(task, target) -> tuple[str, str]:
+    """The size of the generated (`auto`) space of `task` on `target`, read from the space
+    alone (no config is lowered), and why it is "-" when there is none (one line)."""
+    if not any(t.name == AUTO for t in task.templates):
+        return "-", f"no template {AUTO!r} is installed"
+    try:
+        size = _with_template(task, AUTO).bind(target).size
+    except Exception as e:  # a TunekitError, or a target that cannot describe its device here
+        return "-", (str(e).splitlines() or [type(e).__name__])[0]
+    return f"{size:,}", ""
 
 
 @command("schema", arg("-o", "--output", help="write to this file instead of stdout"),
@@ -226,31 +256,54 @@ def best(args: argparse.Namespace) -> int:
 
 
 @command("show", arg("recipe", help="recipe file"), arg("--config", type=int, default=None,
-                                                         help="config index (default: the best recorded)"),
+                                                         help="config index (default: the best recorded, else the "
+                                                              "space's default config)"),
          arg("--task", type=int, default=0, help="task number in the recipe (default 0)"),
+         arg("--template", default=None, help="the template to show the task through, e.g. 'auto' (default: the "
+                                              "best record's, else the task's)"),
          help="print the lowered program of a config")
 def show(args: argparse.Namespace) -> int:
-    """Print a task's config space and the loop program of one config."""
-    from tunekit.deploy.kernels import best_config
+    """Print a task's config space and the loop program of one config: --config N, else the
+    best recorded (of --template's when given), else the space's default config."""
     from tunekit.recipe.model import load_recipe
-    from tunekit.store.database import Database
     recipe = load_recipe(args.recipe)
     tasks = recipe.task_objects()
     if not 0 <= args.task < len(tasks):
         raise TunekitError(f"{recipe.source}: --task {args.task}: the recipe has {len(tasks)} task(s)")
     task, target = tasks[args.task], recipe.target.create()
-    ts, index = task.bind(target), args.config
+    if args.template is not None:
+        serving = [t.name for t in task.serving(target)]
+        if args.template not in serving:
+            raise TunekitError(f"{recipe.source}: --template {args.template!r} does not serve {task.name} on target "
+                               f"{target.name!r} (templates that do: {', '.join(serving) or 'none'})")
+        task = _with_template(task, args.template)
+    ts, index, which = task.bind(target), args.config, "--config"
     if index is None:
-        db = Database(recipe.database.path, readonly=True)
-        best = best_config(db, task, target)
-        db.close()
-        if best is None:
-            raise TunekitError(f"{recipe.database.path}: no successful trial of {task.name}; give --config N")
-        ts, index = best
+        best = _recorded_best(recipe.database.path, task, target)
+        if best is not None:
+            (ts, index), which = best, "the best recorded"
+        else:
+            index, which = ts.space.default(), f"the space's default: no successful trial in {recipe.database.path}"
     print(f"{ts.task.name} on {ts.target.name}, template {ts.template.name!r}: {ts.space}")
-    print(f"config {ts.space.get(index)}")
+    print(f"config {ts.space.get(index)} ({which})")
     print(ts.program(index))
     return 0
+
+
+def _recorded_best(path: str, task, target):
+    """(TaskSpace, index) of the best recorded config of `task` in database `path`, or None
+    (a database not written yet has none)."""
+    import os
+
+    from tunekit.deploy.kernels import best_config
+    from tunekit.store.database import Database
+    if not os.path.exists(path):
+        return None
+    db = Database(path, readonly=True)
+    try:
+        return best_config(db, task, target)
+    finally:
+        db.close()
 
 
 @command("report", arg("database", help="SQLite database written by `tunekit tune`"),
