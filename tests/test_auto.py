@@ -214,3 +214,13 @@ def test_reduction_then_elementwise(data, shape, norm):
         e = np.exp(x - x.max(1, keepdims=True))
         return [(e / e.sum(1, keepdims=True)).astype(np.float32)]
     check_random(op_of("rownorm", build, reference), data)
+
+
+@pytest.mark.parametrize("op", ["matmul", "conv2d", "depthwise_conv2d", "dense"])
+def test_a_fused_epilogue_keeps_the_generated_space(op):
+    """A fused op (conv + bias + relu) is tuned in the space of its anchor, so the anchor's records serve it."""
+    x86 = registry().component("target", "x86")()
+    plain = {k: v for k, v in SMALL[op].items() if k not in ("bias", "residual", "activation")}
+    fused = {**plain, "bias": True, "activation": "relu"}
+    spaces = [tunekit.Task(op, a, template="auto").bind(x86).space for a in (plain, fused)]
+    assert spaces[0].fingerprint() == spaces[1].fingerprint()

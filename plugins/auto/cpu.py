@@ -54,6 +54,12 @@ class Rules:
             if not self.cfg[name]:
                 keep.append(st)
         inline_injective(self.s, self.outputs, keep)
+        for st in keep:   # a plain copy: no knobs of its own, as it exists in some configs only
+            axes = st.op.axis
+            o, v = st.split(axes[-1], factor=self.device.lanes(st.op.output.dtype))
+            st.parallel(st.fuse(*axes[:-1], o))
+            st.vectorize(v)
+            self.done.add(st)
         for st in reversed(list(self.s.stages)):
             if st.attach == "inline" or st in self.done:
                 continue
@@ -93,7 +99,7 @@ class Rules:
         vec = [v for v in (lanes, 2 * lanes, 3 * lanes, 4 * lanes) if last % v == 0] or [d for d in
                                                                                          _divisors(last) if d <= lanes]
         regs = registers(dev)
-        sk = [self.knob(f"tile_{a.name}") for a in axes]
+        sk = [self.knob(f"tile_{a.name}") for a in acc.op.axis]   # the same knobs with or without an epilogue
         rk = [self.knob(f"tile_{a.name}") for a in raxes]
         for d, a in enumerate(axes):
             if d == n - 1:

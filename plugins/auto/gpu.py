@@ -77,7 +77,7 @@ class Rules:
     def tile(self, out, acc) -> None:
         cfg, dev, s = self.cfg, self.device, self.s
         axes, raxes = list(out.op.axis), list(acc.op.reduce_axis)
-        sk = [self.knob(f"tile_{a.name}") for a in axes]
+        sk = [self.knob(f"tile_{a.name}") for a in acc.op.axis]   # the same knobs with or without an epilogue
         rk = [self.knob(f"tile_{a.name}") for a in raxes]
         for k, a in zip(sk, axes):
             cfg.define_split(k, a.extent, num_outputs=3, filter=lambda v: v[2] <= 8)
