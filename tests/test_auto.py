@@ -224,3 +224,19 @@ def test_a_fused_epilogue_keeps_the_generated_space(op):
     fused = {**plain, "bias": True, "activation": "relu"}
     spaces = [tunekit.Task(op, a, template="auto").bind(x86).space for a in (plain, fused)]
     assert spaces[0].fingerprint() == spaces[1].fingerprint()
+
+
+@pytest.mark.parametrize("target", ["x86", "opencl"])
+def test_every_op_tunes_with_auto_on_real_targets(target, tmp_path):
+    """A few trials of every op through `auto`, built and run for real (LLVM; OpenCL on PoCL),
+    each checked against numpy: no wrong answer."""
+    cls = registry().component("target", target)
+    if why := cls.available():
+        pytest.skip(why)
+    tasks = [tunekit.Task(op, args, template="auto") for op, args in [*SMALL.items(), *BLOCKED.items()]]
+    states = tunekit.tune(tasks, target=target, trials=3, database=str(tmp_path / "t.db"),
+                          measure={"number": 1, "repeat": 1, "min_repeat_ms": 0, "warmup": 0})
+    for state in states:
+        name = state.ts.task.name
+        assert state.done >= 1 and state.best is not None, name
+        assert all(t.ok for t in state.trials), f"{name}: {[t.message for t in state.trials if not t.ok]}"

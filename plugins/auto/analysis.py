@@ -111,6 +111,24 @@ def consumers(s, producer) -> list:
             and reads_of(s, st.op, producer)]
 
 
+def producers(s, st, done) -> tuple[list, list]:
+    """The reductions at the root that only `st` (an injective root) needs: (those with
+    reuse that it reads elementwise: its anchor, those without reuse that it reads by
+    its leading axes: its row statistics). A statistic may also be read by another
+    (softmax's max by its sum): they are computed together, per row of `st`."""
+    cands = [p for p in s.stages if p.attach is None and p is not st and p.op.reduce_axis and p not in done
+             and prefix_read(s, st.op, p.op.output) >= 0]
+    full = [p for p in cands if len(p.op.axis) == len(st.op.axis) and has_reuse(s, p.op)
+            and all(c is st for c in consumers(s, p.op.output))]
+    stats = [p for p in cands if not has_reuse(s, p.op) and 0 < len(p.op.axis) < len(st.op.axis)]
+    while True:
+        keep = [p for p in stats if all(c is st or c in stats and prefix_read(s, c.op, p.op.output) >= 0
+                                        for c in consumers(s, p.op.output))]
+        if len(keep) == len(stats):
+            return full, stats
+        stats = keep
+
+
 def _affine(e) -> dict | None:
     from tunekit.te import bound
     return bound.affine(e, bound.ALL)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from .analysis import consumers, contiguous_axis, has_reuse, inline_injective, padding, prefix_read
+from .analysis import contiguous_axis, has_reuse, inline_injective, padding, producers
 
 
 def registers(device) -> int:
@@ -78,15 +78,11 @@ class Rules:
     def output(self, st) -> None:
         """An injective root: an epilogue of one reduction with reuse, a row-wise
         consumer of statistics, or plain elementwise work."""
-        prods = [p for p in self.s.stages if p.attach is None and p is not st and p.op.reduce_axis
-                 and p not in self.done and prefix_read(self.s, st.op, p.op.output) >= 0
-                 and all(c is st for c in consumers(self.s, p.op.output))]
-        full = [p for p in prods if len(p.op.axis) == len(st.op.axis) and has_reuse(self.s, p.op)]
+        full, stats = producers(self.s, st, self.done)
         if full:
             r = full[0]
             self.row_dot(r, st) if self.row_dot_axis(r) is not None else self.tile(st, r)
             return
-        stats = [p for p in prods if not has_reuse(self.s, p.op) and 0 < len(p.op.axis) < len(st.op.axis)]
         self.injective(st, stats)
 
     # -- rule 2: multi-level tiling ---------------------------------------------

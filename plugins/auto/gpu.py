@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .analysis import consumers, has_reuse, inline_injective, loads, prefix_read
+from .analysis import has_reuse, inline_injective, loads, producers
 
 MAX_ACC = 64   # accumulators per thread: beyond this registers spill
 
@@ -60,14 +60,10 @@ class Rules:
             self.count += 1
 
     def output(self, st) -> None:
-        prods = [p for p in self.s.stages if p.attach is None and p is not st and p.op.reduce_axis
-                 and p not in self.done and prefix_read(self.s, st.op, p.op.output) >= 0
-                 and all(c is st for c in consumers(self.s, p.op.output))]
-        full = [p for p in prods if len(p.op.axis) == len(st.op.axis) and has_reuse(self.s, p.op)]
+        full, stats = producers(self.s, st, self.done)
         if full:
             self.tile(st, full[0])
             return
-        stats = [p for p in prods if not has_reuse(self.s, p.op) and 0 < len(p.op.axis) < len(st.op.axis)]
         if stats:
             self.rows(st, stats)
         else:

@@ -181,8 +181,43 @@ class ExpressionEmitter:
     def call(self, e: ir.Call) -> ll.Value:
         args = self.match(*(self.typed(a, e.dtype) for a in e.args))
         t = args[0].type
+        if e.fn in ("exp", "tanh") and e.dtype == "float32":
+            return self.exp_f32(args[0]) if e.fn == "exp" else self.tanh_f32(args[0])
         name = {"fabs": "llvm.fabs", "fma": "llvm.fma"}.get(e.fn, f"llvm.{e.fn}")
         return self.b.call(self.intrinsic(name, [t], t, [t] * len(args)), args, fastmath=FAST)
+
+    def _splat(self, t, value):
+        if isinstance(t, ll.VectorType):
+            return ll.Constant(t, [ll.Constant(t.element, value)] * t.count)
+        return ll.Constant(t, value)
+
+    def exp_f32(self, x: ll.Value) -> ll.Value:
+        """e**x in float32 inline (Cephes' expf: 2**n times a degree-6 polynomial, about
+        1 ulp): LLVM lowers `llvm.exp` on vectors to one libm call per lane."""
+        b, t = self.b, x.type
+        c = lambda v: self._splat(t, v)
+        it = ll.VectorType(ll.IntType(32), t.count) if isinstance(t, ll.VectorType) else ll.IntType(32)
+        clamp = lambda name, v, bound: b.call(self.intrinsic(name, [t], t, [t, t]), [v, c(bound)])
+        x = clamp("llvm.minnum", clamp("llvm.maxnum", x, -87.33654), 88.72283)
+        n = b.call(self.intrinsic("llvm.floor", [t], t, [t]), [b.fadd(b.fmul(x, c(1.44269504)), c(0.5))])
+        r = b.fsub(b.fsub(x, b.fmul(n, c(0.693359375))), b.fmul(n, c(-2.12194440e-4)))
+        p = c(1.9875691500e-4)
+        for k in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+            p = b.fadd(b.fmul(p, r), c(k))
+        p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), c(1.0))
+        scale = b.bitcast(b.shl(b.add(b.fptosi(n, it), self._splat(it, 127)), self._splat(it, 23)), t)
+        return b.fmul(p, scale)
+
+    def tanh_f32(self, x: ll.Value) -> ll.Value:
+        """tanh(x) = 1 - 2 / (e**(2x) + 1) through `exp_f32`; x - x**3/3 + 2x**5/15 near 0,
+        where the difference would lose the relative precision."""
+        b, t = self.b, x.type
+        c = lambda v: self._splat(t, v)
+        far = b.fsub(c(1.0), b.fdiv(c(2.0), b.fadd(self.exp_f32(b.fmul(x, c(2.0))), c(1.0))))
+        x2 = b.fmul(x, x)
+        near = b.fmul(x, b.fadd(c(1.0), b.fmul(x2, b.fadd(c(-1 / 3), b.fmul(x2, c(2 / 15))))))
+        small = b.fcmp_ordered("<", b.call(self.intrinsic("llvm.fabs", [t], t, [t]), [x]), c(0.1))
+        return b.select(small, near, far)
 
     def select(self, e: ir.Select) -> ll.Value:
         """Speculate both sides only when that is safe: a side that loads (padding
