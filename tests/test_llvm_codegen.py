@@ -522,7 +522,7 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("fn", ["exp", "tanh"])
 def test_float32_exp_and_tanh_are_inline_and_accurate(fn):
     """exp and tanh of float32 are emitted inline (so a vector of them is not one libm call
-    per lane), within 4e-7 relative error over the float32 range, and 0 below it."""
+    per lane), within 1e-6 relative error over the float32 range, and 0 below it."""
     from tunekit import te
     n = 4096
 
@@ -537,5 +537,5 @@ def test_float32_exp_and_tanh_are_inline_and_accurate(fn):
     kernel(x, y)
     want = getattr(np, fn)(x.astype(np.float64))
     big = np.abs(want) > 1e-37
-    assert np.all(np.abs(y - want)[big] <= 4e-7 * np.abs(want)[big])
+    assert np.all(np.abs(y - want)[big] <= 1e-6 * np.abs(want)[big])
     assert np.all(np.abs(y[~big]) <= 1e-37)

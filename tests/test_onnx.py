@@ -136,6 +136,7 @@ def test_a_recipe_tunes_a_models_tasks_weighted_and_tunekit_run_runs_it(tmp_path
     tasks = r.task_objects()
     assert [t.weight for t in tasks] == [1, 2, 1, 1] and len({t.key for t in tasks}) == 4
     text = recipe.read_text().replace("trials = 32", "trials = 3").replace('"xgboost"', '"random"')
+    text += "\n[measure]\nnumber = 1\nrepeat = 1\nmin_repeat_ms = 0\n"   # each of ~30 configs timed once
     recipe.write_text(text.replace('path = "small_net.db"', f'path = "{tmp_path / "small_net.db"}"'))
     assert cli.main(["tune", str(recipe)]) == 0
     summary = capsys.readouterr().out

@@ -10,7 +10,8 @@
    (`cache_write`). The outer S0 loops are fused into a parallel loop (how many is
    a knob); the innermost S3 loop of the last axis is vectorized, the other S3 and
    R1 loops unrolled (a knob). The register tile (S3) fits the register file, the
-   accumulator tile L2.
+   accumulator tile L2. An input read along the vector loop but not by every space
+   loop (matmul's B) may be packed into a contiguous panel per R0 step (a knob).
    When no read is contiguous along the last space axis but one is along a
    reduction axis (dense: weights [N, K]), the reduction is split per vector lane
    (`rfactor`) and the lanes are vectorized instead ("row dot").
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 import math
 
-from .analysis import contiguous_axis, has_reuse, inline_injective, padding, producers
+from tunekit import ir
+
+from .analysis import contiguous_axis, has_reuse, inline_injective, loads, padding, producers
 
 
 def registers(device) -> int:
@@ -118,6 +121,15 @@ class Rules:
         work = math.prod(a.extent for a in axes)
         if work >= 4096:
             cfg.constrain(lambda c: math.prod(c[k][0] for k in sk[:c[par]]) >= dev.cores)
+        panels = packable(acc.op)
+        pack = self.knob("pack")
+        cfg.define_knob(pack, [False, True] if panels else [False])
+
+        def panel_bytes(c):   # each packed input's region below the last R0 loop
+            return max(math.prod([c[rk[i]][1] for i, a in enumerate(raxes) if a in used]
+                                 + [c[sk[d]][2] * c[sk[d]][3] for d, a in enumerate(acc.op.axis) if a in used])
+                       for _, used in panels) * 4
+        cfg.constrain(lambda c: not c[pack] or panel_bytes(c) <= _PANEL_BYTES)
 
         levels = [cfg[k].apply(s, out.op.output, a) for k, a in zip(sk, axes)]
         out.reorder(*[lv[i] for i in range(4) for lv in levels])
@@ -138,12 +150,23 @@ class Rules:
         red = [cfg[k].apply(s, acc.op.output, a) for k, a in zip(rk, raxes)]
         acc.reorder(*s1, *[r[0] for r in red], *s2, *[r[1] for r in red], *s3)
         self.vectorize(acc, s3[-1])
-        if cfg[unroll]:
+        if cfg[pack]:
+            for t, _ in panels:
+                cs = s[s.cache_read(t, "local", [acc.op.output])]
+                cs.compute_at(acc, red[-1][0])
+                *_, v = cs.op.axis
+                if v.extent > 64:
+                    _, v = cs.split(v, factor=dev.lanes(t.dtype))
+                cs.vectorize(v)
+                self.done.add(cs)
+        if cfg[unroll]:   # the register tile, and inner reduction loops while the body stays small
             for v in s3[:-1]:
                 acc.unroll(v)
-            for r in red:
-                if r[1].extent <= 16:
+            room = _UNROLLED // math.prod(v.extent for v in s3[:-1])
+            for r in reversed(red):
+                if r[1].extent <= room:
                     acc.unroll(r[1])
+                    room //= r[1].extent
         self.done |= {out, acc}
 
     # -- rule 2b: row dot ---------------------------------------------------------
@@ -255,6 +278,31 @@ class Rules:
     def vectorize(st, v) -> None:
         if v.extent > 1:
             st.vectorize(v)
+
+
+#: most copies of the micro-kernel's body unrolled (beyond this LLVM takes seconds to compile it)
+_UNROLLED = 256
+#: largest panel of an input packed per reduction step (on the stack of each parallel task)
+_PANEL_BYTES = 64 << 10
+
+
+def packable(op) -> list:
+    """(tensor, axes it is indexed by) of the inputs of reduction `op` that are read
+    contiguously along its last space axis but not by every space axis (matmul's B):
+    copied into a contiguous panel per reduction step, the micro-kernel streams them."""
+    from tunekit.te.tensor import PlaceholderOp
+    out, last = {}, op.axis[-1]
+    for ld in loads(op.body):
+        form = _affine_last(ld)
+        used = set().union(*(ir.free_vars(i) for i in ld.indices))
+        if isinstance(ld.tensor.op, PlaceholderOp) and form.get(last) == 1 and not set(op.axis) <= used:
+            out.setdefault(ld.tensor, used)
+    return list(out.items())
+
+
+def _affine_last(ld) -> dict:
+    from tunekit.te import bound
+    return bound.affine(ld.indices[-1], bound.ALL) or {} if ld.indices else {}
 
 
 def _divisors(n: int) -> list[int]:
