@@ -84,6 +84,15 @@ def test_an_identity_output_read_twice_keeps_its_conv_from_fusing_what_one_reade
         tunekit.deploy.network.load_graph(path)
 
 
+def test_a_dropout_is_its_input_at_inference(tmp_path):
+    nodes = [conv("x", "c", "w"), helper.make_node("Dropout", ["c"], ["d"], name="drop"),
+             helper.make_node("Relu", ["d"], ["y"], name="relu")]
+    path = model(tmp_path / "m.onnx", nodes, [weight("w", 4, 3, 3, 3)], [1, 3, 8, 8], [1, 4, 8, 8])
+    graph = tunekit.deploy.network.load_graph(path)
+    assert [n.op for n in graph.nodes] == ["conv2d"] and graph.nodes[0].args["activation"] == "relu"
+    assert_matches_onnxruntime(path, compiled(path))
+
+
 @pytest.mark.parametrize("attr, value, expect", [
     ("value_float", 2.5, np.float32(2.5)), ("value_floats", [1.0, 2.0], np.array([1, 2], np.float32)),
     ("value_int", 3, np.int64(3)), ("value_ints", [1, -1], np.array([1, -1], np.int64))])

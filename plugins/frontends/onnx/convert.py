@@ -9,7 +9,8 @@ from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node
 
 SUPPORTED = "Conv (any group), Gemm, MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape (to [N, -1]), " \
-            "Identity, Constant; and after a Conv or Gemm: BatchNormalization, Add (bias or residual), Relu, Clip(0, 6)"
+            "Identity, Dropout (inference: its input), Constant; and after a Conv or Gemm: BatchNormalization, " \
+            "Add (bias or residual), Relu, Clip(0, 6)"
 
 
 _REDO = "export the model to ONNX again (e.g. with torch.onnx.export)"
@@ -103,12 +104,30 @@ def constant_value(n, path: str) -> np.ndarray:
                      "value, value_float(s), value_int(s))")
 
 
+#: the node types read at all (whether one fits where it is is checked while building)
+KNOWN = {"Conv", "Gemm", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape", "Identity", "Dropout",
+         "Constant",
+         "BatchNormalization", "Add", "Relu", "Clip"}
+
+
+def _check_ops(model, path: str) -> None:
+    """Raise one ModelError naming every node of a type tunekit does not read (not just the first)."""
+    bad = [n for n in model.graph.node if n.op_type not in KNOWN or n.domain not in ("", "ai.onnx")]
+    if bad:
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
+        names = "; ".join(f"{n.name or n.output[0]!r} ({n.op_type}{f', domain {n.domain}' if n.domain else ''})"
+                          for n in bad)
+        raise ModelError(f"{path}: {len(bad)} node(s) of types tunekit does not read (opset {opset}): {names} "
+                         f"(supported: {SUPPORTED})")
+
+
 def convert(path: str) -> Graph:
     """Read the ONNX model at `path` into a Graph (see `tunekit.frontends.Frontend.load`)."""
     from onnx import numpy_helper
     model = _load(path)
     g = model.graph
     _check_dtypes(g, path)
+    _check_ops(model, path)
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     # a Constant node is a constant wherever it appears (an exporter's Clip bounds, weights, shapes)
     consts.update({n.output[0]: constant_value(n, path) for n in g.node if n.op_type == "Constant"})
@@ -172,7 +191,7 @@ class _Builder:
         n = _Renamed(n, self.name)
         own = {"Conv": self.conv, "Gemm": self.gemm, "MaxPool": self.maxpool, "AveragePool": self.avgpool,
                "GlobalAveragePool": self.global_average, "Flatten": self.flatten, "Reshape": self.flatten,
-               "Identity": self.identity}
+               "Identity": self.identity, "Dropout": self.dropout}
         try:
             self._add(n, own)
         except (KeyError, ValueError, IndexError, TypeError) as e:   # what the checks below did not foresee
@@ -286,6 +305,12 @@ class _Builder:
         self.alias[n.output[0]] = n.input[0]
         # the input's readers are now also the output's (so that what it alone reads is still known)
         self.uses[n.input[0]] = self.uses.get(n.input[0], 0) - 1 + self.uses.get(n.output[0], 0)
+
+    def dropout(self, n) -> None:
+        """At inference a Dropout passes its input through; its mask output has no meaning."""
+        if len(n.output) > 1 and n.output[1] and self.uses.get(n.output[1], 0):
+            raise self.fail(n, "its mask output is read; export the model in eval mode")
+        self.identity(n)
 
     def batchnorm(self, n, f: _Fused) -> None:
         if f.residual is not None or f.args["activation"] != "none" or any(i not in self.consts for i in n.input[1:]):
