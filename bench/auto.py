@@ -38,6 +38,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from common import (
     alternate,
     geomean_worst,
@@ -55,30 +56,8 @@ GOAL_MEAN, GOAL_WORST = 0.9, 0.75   # auto/hand: geometric mean over the tasks, 
 BERT = dict(M=128, N=768)           # BERT-base: 128 tokens of 768 features
 
 
-def softmax(M, N):
-    """Softmax over each row of x[M, N] (max subtracted first, as every library does)."""
-    from tunekit import te
-    x = te.placeholder((M, N), "x")
-    k, k2 = te.reduce_axis(N, "k"), te.reduce_axis(N, "k2")
-    top = te.compute((M,), lambda i: te.max(x[i, k], axis=k), name="row_max")
-    e = te.compute((M, N), lambda i, j: te.exp(x[i, j] - top[i]), name="exp")
-    total = te.compute((M,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
-    return [x, te.compute((M, N), lambda i, j: e[i, j] / total[i], name="softmax")]
-
-
-def layer_norm(M, N, eps=1e-5):
-    """Layer norm of each row of x[M, N], scaled by gamma[N] and shifted by beta[N]."""
-    from tunekit import te
-    x, gamma, beta = te.placeholder((M, N), "x"), te.placeholder((N,), "gamma"), te.placeholder((N,), "beta")
-    k, k2 = te.reduce_axis(N, "k"), te.reduce_axis(N, "k2")
-    mean = te.compute((M,), lambda i: te.sum(x[i, k] * (1.0 / N), axis=k), name="mean")
-    d = te.compute((M, N), lambda i, j: x[i, j] - mean[i], name="centred")
-    var = te.compute((M,), lambda i: te.sum(d[i, k2] * d[i, k2] * (1.0 / N), axis=k2), name="var")
-    y = te.compute((M, N), lambda i, j: d[i, j] / te.sqrt(var[i] + eps) * gamma[j] + beta[j], name="layer_norm")
-    return [x, gamma, beta, y]
-
-
-COMPUTATIONS = {"softmax": (softmax, BERT), "layer_norm": (layer_norm, {**BERT, "eps": 1e-5})}
+#: name: (the function in examples/computations.py, its args)
+COMPUTATIONS = {"softmax": ("softmax", BERT), "layer_norm": ("layer_norm", {**BERT, "eps": 1e-5})}
 
 # name: (the task as recipe data, or {"compute": a computation above}; its baseline)
 TASKS = {
@@ -101,7 +80,9 @@ def make_task(spec: dict, template: str | None):
     computation and this tunekit has no `Task.from_compute`."""
     import tunekit
     if "compute" in spec:
+        import computations
         fn, args = COMPUTATIONS[spec["compute"]]
+        fn = getattr(computations, fn)
         return tunekit.Task.from_compute(fn, args, name=spec["compute"], template=template)
     return tunekit.Task(spec.get("op"), spec.get("args"), workload=spec.get("workload"), template=template)
 

@@ -14,6 +14,7 @@ import tunekit.plugin.manager
 pytest_plugins = ["tunekit.testing.fixtures"]
 
 THIRDPARTY = Path(__file__).parent / "thirdparty"
+sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))   # examples/computations.py
 # dup is installed apart: while it is on sys.path the registry refuses to build
 GROUPS = {"main": ["tunekit-fake-plugin", "tunekit-broken-plugin"], "dup": ["tunekit-dup-plugin"]}
 

@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pydantic
 import pytest
+from computations import softmax
 from tunekit_plugins.targets.csource import emit
 from tunekit_plugins.targets.cuda import compile as cc
 from tunekit_plugins.targets.cuda import target as cuda_target
@@ -163,20 +164,11 @@ def test_program_names_stay_valid_identifiers():
     assert src.kernels[0].name == "matmul_3x3_fast"
 
 
-def row_softmax(M, N):
-    x = te.placeholder((M, N), "x")
-    k, k2 = te.reduce_axis(N, "k"), te.reduce_axis(N, "k2")
-    top = te.compute((M,), lambda i: te.max(x[i, k], axis=k), name="top")
-    e = te.compute((M, N), lambda i, j: te.exp(x[i, j] - top[i]), name="e")
-    total = te.compute((M,), lambda i: te.sum(e[i, k2], axis=k2), name="total")
-    return [x, te.compute((M, N), lambda i, j: e[i, j] / total[i], name="softmax")]
-
-
 @needs_nvcc
 def test_generated_softmax_compiles_for_sm90():
     """`auto`'s split row reductions (per-thread partials in shared memory) compile with nvcc."""
     target = CudaTarget(SM90)
-    ts = tunekit.Task.from_compute(row_softmax, dict(M=128, N=768), name="softmax").bind(target)
+    ts = tunekit.Task.from_compute(softmax, dict(M=128, N=768), name="softmax").bind(target)
     units = []
     for index in ts.space.sample(random.Random(0), 4):
         units.append(emit(te.lower(*ts.schedule(index), name=f"softmax_{index}"), "cuda").code)

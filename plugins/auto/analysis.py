@@ -7,6 +7,19 @@ from tunekit import ir
 from tunekit.te.tensor import ComputeOp, TensorLoad
 
 
+class RuleSet:
+    """The state of one application of a family's rules to a schedule: the stages
+    already placed, and knob names made unique per root stage (`knob`)."""
+
+    def __init__(self, s, outputs, cfg, device):
+        self.s, self.outputs, self.cfg, self.device = s, outputs, cfg, device
+        self.done: set = set()
+        self.count = 0
+
+    def knob(self, name: str) -> str:
+        return f"{name}.{self.count}" if self.count else name
+
+
 def loads(expr) -> list[TensorLoad]:
     """The tensor reads of `expr`, in order."""
     out = []
@@ -54,8 +67,8 @@ def _has_select(expr) -> bool:
 
 def body_of(s, op: ComputeOp):
     """`op`'s body with inlined producers substituted (what its loops really read)."""
-    from tunekit.te.lower import _Inline
-    return _Inline({st.op for st in s.stages if st.attach == "inline"}).visit(op.body)
+    from tunekit.te.lower import inline
+    return inline(op.body, {st.op for st in s.stages if st.attach == "inline"})
 
 
 def has_reuse(s, op: ComputeOp) -> bool:

@@ -28,7 +28,7 @@ import math
 
 from tunekit import ir
 
-from .analysis import contiguous_axis, has_reuse, inline_injective, loads, padding, producers
+from .analysis import RuleSet, contiguous_axis, has_reuse, inline_injective, loads, padding, producers
 
 
 def registers(device) -> int:
@@ -37,16 +37,8 @@ def registers(device) -> int:
     return 16 if x86 and device.vector_bits < 512 else 32
 
 
-class Rules:
-    """The rules applied to one schedule, naming knobs uniquely per stage."""
-
-    def __init__(self, s, outputs, cfg, device):
-        self.s, self.outputs, self.cfg, self.device = s, outputs, cfg, device
-        self.done: set = set()
-        self.count = 0
-
-    def knob(self, name: str) -> str:
-        return f"{name}.{self.count}" if self.count else name
+class Rules(RuleSet):
+    """The CPU rules applied to one schedule."""
 
     # -- stage kinds ------------------------------------------------------------
     def run(self) -> None:

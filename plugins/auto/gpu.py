@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .analysis import has_reuse, inline_injective, loads, producers
+from .analysis import RuleSet, has_reuse, inline_injective, loads, producers
 
 MAX_ACC = 64   # accumulators per thread: beyond this registers spill
 
@@ -37,14 +37,8 @@ def _pow2(limit: int) -> list[int]:
     return [1 << i for i in range(11) if 1 << i <= limit]
 
 
-class Rules:
-    def __init__(self, s, outputs, cfg, device):
-        self.s, self.outputs, self.cfg, self.device = s, outputs, cfg, device
-        self.done: set = set()
-        self.count = 0
-
-    def knob(self, name: str) -> str:
-        return f"{name}.{self.count}" if self.count else name
+class Rules(RuleSet):
+    """The GPU rules applied to one schedule."""
 
     def run(self) -> None:
         inline_injective(self.s, self.outputs)

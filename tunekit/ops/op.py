@@ -140,9 +140,7 @@ class Template:
         """This template for `op`: itself, or a generic template's copy whose `fn` takes the op's args."""
         if self.op != ANY_OP:
             return self
-        t = replace(self, op=op.name, fn=functools.partial(self.fn, op))
-        t.origin = self.origin
-        return t
+        return replace(self, op=op.name, fn=functools.partial(self.fn, op))
 
     def serves(self, target, args: dict | None = None) -> bool:
         """Whether this template can schedule the op on `target` (with `args`: also its epilogue)."""

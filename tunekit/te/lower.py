@@ -301,6 +301,12 @@ def _union(ranges):
     return {**key, None: lo}, hi - lo
 
 
+def inline(expr, ops: set):
+    """`expr` with every read of a tensor computed by one of `ops` replaced by that op's body
+    (what a stage really reads once its inlined producers are substituted)."""
+    return _Inline(ops).visit(expr)
+
+
 def lower(sch: Schedule, args: list[Tensor], name: str = "kernel") -> ir.Program:
     """Lower `sch` to a Program whose parameters are `args` (inputs, then outputs)."""
     for t in args:
