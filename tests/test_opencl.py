@@ -187,7 +187,7 @@ def test_tuning_through_workers_and_runner(tmp_path):
     states = tunekit.tune([Task("matmul", dict(M=64, N=64, K=64))], target="opencl", trials=8, seed=0,
                           database=str(tmp_path / "t.db"), measure={"min_repeat_ms": 2, "repeat": 2})
     # the task names no template: its 8 trials are shared by the templates that serve it
-    assert {st.ts.template.name for st in states} == {"gpu", "shared", "register"}
+    assert {st.ts.template.name for st in states} == {"gpu", "shared", "register", "auto"}
     assert sum(st.done for st in states) == 8
     assert not any(st.errors for st in states), [t.message for st in states for t in st.trials if t.error]
     assert max(st.best_gflops for st in states if st.done) > 0

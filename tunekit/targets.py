@@ -34,6 +34,16 @@ class DeviceInfo:
         """A stable hash of these facts: history is only shared between equal devices."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
+    def vector_registers(self) -> int:
+        """SIMD registers of a CPU: 32 with AVX-512 and on AArch64 (NEON), 16 with AVX2/SSE."""
+        x86 = self.extra.get("triple", "x86").startswith(("x86", "i386", "i686"))
+        return 16 if x86 and self.vector_bits < 512 else 32
+
+    def shared_on_chip(self) -> bool:
+        """Whether a GPU's shared (OpenCL local) memory is on chip, so worth tiling into; CPU
+        OpenCL devices (PoCL) and Mali emulate it in global memory (`extra["local_memory"]`)."""
+        return self.max_shared_memory > 0 and self.extra.get("local_memory", "local") != "global"
+
     def lanes(self, dtype: str = "float32") -> int:
         """Vector lanes of `dtype` in one SIMD register."""
         bits = int("".join(c for c in dtype if c.isdigit()) or 32)

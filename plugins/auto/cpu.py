@@ -31,12 +31,6 @@ from tunekit import ir
 from .analysis import RuleSet, contiguous_axis, has_reuse, inline_injective, loads, padding, producers
 
 
-def registers(device) -> int:
-    """Vector registers: 32 with AVX-512 and on AArch64, 16 with AVX2/SSE."""
-    x86 = device.extra.get("triple", "x86").startswith(("x86", "i386", "i686"))
-    return 16 if x86 and device.vector_bits < 512 else 32
-
-
 class Rules(RuleSet):
     """The CPU rules applied to one schedule."""
 
@@ -89,7 +83,7 @@ class Rules(RuleSet):
         last = axes[-1].extent
         vec = [v for v in (lanes, 2 * lanes, 3 * lanes, 4 * lanes) if last % v == 0] or [d for d in
                                                                                          _divisors(last) if d <= lanes]
-        regs = registers(dev)
+        regs = dev.vector_registers()
         sk = [self.knob(f"tile_{a.name}") for a in acc.op.axis]   # the same knobs with or without an epilogue
         rk = [self.knob(f"tile_{a.name}") for a in raxes]
         for d, a in enumerate(axes):
@@ -183,7 +177,7 @@ class Rules(RuleSet):
         top = out or acc
         axes = list(top.op.axis)
         cfg.define_split(tk, axes[-1].extent, num_outputs=2, filter=lambda v: v[1] <= 8)
-        cfg.constrain(lambda c: c[tk][1] * (c[vk] // lanes) <= registers(dev) - 2)
+        cfg.constrain(lambda c: c[tk][1] * (c[vk] // lanes) <= dev.vector_registers() - 2)
         rf = s.rfactor(acc.op.output, k, cfg[vk])
         rfs = s[rf]
         o, i = cfg[tk].apply(s, top.op.output, axes[-1])

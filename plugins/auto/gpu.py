@@ -29,10 +29,6 @@ def _threads(device) -> int:
     return device.max_threads_per_block or 256
 
 
-def _on_chip_shared(device) -> bool:
-    return device.max_shared_memory > 0 and device.extra.get("local_memory", "local") != "global"
-
-
 def _pow2(limit: int) -> list[int]:
     return [1 << i for i in range(11) if 1 << i <= limit]
 
@@ -74,7 +70,7 @@ class Rules(RuleSet):
         for k, a in zip(rk, raxes):
             cfg.define_split(k, a.extent, num_outputs=2, filter=lambda v: v[1] <= 32)
         shared = self.knob("shared")
-        cfg.define_knob(shared, [True, False] if _on_chip_shared(dev) else [False])
+        cfg.define_knob(shared, [True, False] if dev.shared_on_chip() else [False])
         unroll = self.knob("unroll")
         cfg.define_knob(unroll, [True, False])
         nbytes = 4
@@ -82,7 +78,7 @@ class Rules(RuleSet):
         cfg.constrain(lambda c: math.prod(c[k][1] for k in sk) <= tmax
                       and math.prod(c[k][2] for k in sk) <= MAX_ACC)
         cached = [t for t in dict.fromkeys(ld.tensor for ld in loads(acc.op.body))]
-        if _on_chip_shared(dev):
+        if dev.shared_on_chip():
             limit = dev.max_shared_memory
 
             def smem(c):   # a rough bound: every cached input's tile of one R0 step

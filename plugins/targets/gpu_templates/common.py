@@ -21,8 +21,8 @@ def fits_block(threads: tuple[int, ...], device) -> bool:
 
 
 def on_chip_shared(device) -> bool:
-    """Whether `device` has fast (on-chip) shared memory worth tiling into."""
-    return device.max_shared_memory > 0 and device.extra.get("local_memory", "local") != "global"
+    """Whether `device` has fast (on-chip) shared memory worth tiling into (`DeviceInfo.shared_on_chip`)."""
+    return device.shared_on_chip()
 
 
 def cpu_device(device) -> bool:

@@ -16,9 +16,8 @@ def cdiv(a: int, b: int) -> int:
 
 
 def registers(device) -> int:
-    """Vector registers of the ISA: 32 with AVX-512 and on AArch64 (NEON), 16 with AVX2/SSE."""
-    x86 = device.extra.get("triple", "x86").startswith(("x86", "i386", "i686"))
-    return 16 if x86 and device.vector_bits < 512 else 32
+    """Vector registers of the ISA (`DeviceInfo.vector_registers`)."""
+    return device.vector_registers()
 
 
 def acc_range(device, vectors: int) -> tuple[int, int]:
