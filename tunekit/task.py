@@ -11,8 +11,6 @@ from tunekit import te
 from tunekit.errors import ArgumentError, SpaceError, TemplateError, TunekitError
 from tunekit.features import PROGRAM_KINDS, extract
 from tunekit.models import Candidate
-from tunekit.ops.computed import ComputedOp
-from tunekit.ops.epilogue import anchor_args, has_epilogue
 from tunekit.ops.op import ANY_OP, Op, Template
 from tunekit.records import Trial
 from tunekit.space import ConfigEntity, ConfigSpace
@@ -65,9 +63,7 @@ class Task:
 
     def anchor(self) -> Task:
         """This task without its fused epilogue (the same config space: its records serve this task)."""
-        if isinstance(self.op, ComputedOp):   # its args are the user's: none of them is an epilogue field
-            return self
-        return self._with(anchor_args(self.args))
+        return self._with(self.op.anchor_args(self.args))
 
     def serving(self, target) -> list[Template]:
         """The templates that schedule this task on `target` (a Target or its class), its epilogue included."""
@@ -87,8 +83,7 @@ class Task:
                                     f"{target.name!r} (available: {', '.join(t.name for t in cands) or 'none'})")
             return named[0]
         if not cands:
-            epilogue = has_epilogue(self.args) and not isinstance(self.op, ComputedOp)
-            fused = " that computes a fused epilogue (bias, residual, activation)" * epilogue
+            fused = " that computes a fused epilogue (bias, residual, activation)" * self.op.fuses_epilogue(self.args)
             raise TemplateError(f"no schedule template{fused} for op {self.op.name!r} on target {target.name!r}; "
                                 "install a plugin that provides one")
         return max(cands, key=lambda t: t.priority)
@@ -105,8 +100,7 @@ class Task:
 
     def spec(self) -> TaskSpec:
         """Plain, picklable data to rebuild this task in another process (`tunekit.plugin.registry`)."""
-        computation = self.op.portable(self.args) if isinstance(self.op, ComputedOp) else None
-        return TaskSpec(self.op.name, tuple(sorted(self.args.items())), self.template_name, computation)
+        return TaskSpec(self.op.name, tuple(sorted(self.args.items())), self.template_name, self.op.portable(self.args))
 
     def bind(self, target, pool=None) -> TaskSpace:
         """This task on `target`: its template, space and programs; `pool` (a

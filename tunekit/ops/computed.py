@@ -104,6 +104,12 @@ class ComputedOp(Op):
         rebuild.__qualname__ = f"the computation {name!r} rebuilt from its description"
         return cls(rebuild, name, outputs)
 
+    def anchor_args(self, args: dict) -> dict:
+        return args   # its args are the user's: none of them is an epilogue field
+
+    def fuses_epilogue(self, args: dict) -> bool:
+        return False
+
     def portable(self, args: dict) -> str:
         """Return plain data (JSON text) that rebuilds this op at `args` in a process without its function."""
         facts = self.facts(args)

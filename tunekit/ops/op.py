@@ -103,6 +103,20 @@ class Op:
         tensors = self.compute(**args)
         return [(t.shape, t.dtype) for t in tensors[len(tensors) - self.num_outputs:]]
 
+    def anchor_args(self, args: dict) -> dict:
+        """`args` without a fused epilogue (the anchor op's args: its records serve the fused op)."""
+        from tunekit.ops.epilogue import anchor_args
+        return anchor_args(args)
+
+    def fuses_epilogue(self, args: dict) -> bool:
+        """Whether `args` ask for a fused epilogue (bias, residual, activation)."""
+        from tunekit.ops.epilogue import has_epilogue
+        return has_epilogue(args)
+
+    def portable(self, args: dict) -> str | None:
+        """Plain data that rebuilds this op in another process; None: it is found there by name."""
+        return None
+
     def tolerance(self, args: dict) -> tuple[float, float]:
         """(rtol, atol) that scale with the reduction length."""
         n = max(1, self.reduction_size(**args))
