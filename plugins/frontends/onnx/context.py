@@ -1,0 +1,102 @@
+"""What a lowering of one ONNX node to te sees: its attributes, its inputs (te tensors, or
+the values of those that are constants), its output shapes, and how to fail.
+
+A lowering is `fn(cx: NodeContext) -> list[te.Tensor]` (one per output of the node),
+registered in `LOWERINGS` under the ONNX op type; `KINDS` says how the fusion pass may
+group it (see `lowerings.py`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tunekit import te
+from tunekit.errors import ModelError
+
+#: the te dtype of each ONNX element type a tensor may have inside a graph
+ONNX_DTYPES = {1: "float32", 11: "float64", 10: "float16", 7: "int64", 6: "int32", 9: "bool", 2: "uint8",
+               3: "int8"}
+
+
+class NodeContext:
+    """One ONNX node being lowered.
+
+    Args:
+        op_type: the node's ONNX op type ("Add").
+        name: its name, for messages and te tensor names.
+        attrs: its attributes (`onnx.helper.get_attribute_value` of each).
+        values: per input, a te.Tensor (data), a numpy array (a constant), or None (an
+            absent optional input).
+        out_shapes: the shape of each output (static: inferred at import).
+        out_dtypes: the te dtype of each output.
+        placeholder: makes the te placeholder through which a kernel reads constant input
+            k (a weight); None: constants larger than one element are refused.
+        where: the file, for messages.
+    """
+
+    def __init__(self, op_type: str, name: str, attrs: dict, values: list, out_shapes: list[tuple],
+                 out_dtypes: list[str], placeholder: Callable[[int], te.Tensor] | None = None, where: str = ""):
+        self.op_type, self.name, self.attrs, self.values = op_type, name, attrs, values
+        self.out_shapes, self.out_dtypes = [tuple(s) for s in out_shapes], out_dtypes
+        self._placeholder, self.where = placeholder, where
+
+    def attr(self, key: str, default=None):
+        """Return attribute `key` (bytes decoded to str), else `default`."""
+        v = self.attrs.get(key, default)
+        return v.decode() if isinstance(v, bytes) else v
+
+    def has(self, k: int) -> bool:
+        """Whether optional input `k` is given."""
+        return k < len(self.values) and self.values[k] is not None
+
+    def const(self, k: int) -> np.ndarray | None:
+        """Return the value of input `k` if it is a constant (None if it is data or absent)."""
+        v = self.values[k] if k < len(self.values) else None
+        return v if isinstance(v, np.ndarray) else None
+
+    def need_const(self, k: int, what: str) -> np.ndarray:
+        """Return the value of input `k`, which must be a constant (`what` names it in the error)."""
+        v = self.const(k)
+        if v is None:
+            raise self.fail(f"its {what} (input {k}) must be a constant (computed from constants and static "
+                            "shapes only)")
+        return v
+
+    def shape(self, k: int) -> tuple:
+        v = self.values[k]
+        return tuple(v.shape)
+
+    def dtype(self, k: int) -> str:
+        v = self.values[k]
+        return v.dtype if isinstance(v, te.Tensor) else str(v.dtype)
+
+    def tensor(self, k: int) -> te.Tensor:
+        """Return input `k` as a te tensor: data as it is; a one-element constant as a compute that
+        returns it (inlined into its reader); a larger constant as a placeholder the kernel reads."""
+        v = self.values[k]
+        if isinstance(v, te.Tensor):
+            return v
+        if v.size == 1:
+            value = v.reshape(()).item()
+            dtype = str(v.dtype) if str(v.dtype) != "bool" else "bool"
+            return te.compute(v.shape, lambda *i: _const(value, dtype), name=f"{_ident(self.name)}_c{k}")
+        if self._placeholder is None:
+            raise self.fail(f"its input {k} is a constant of {v.size} elements, which this lowering does not read")
+        return self._placeholder(k)
+
+    def fail(self, why: str) -> ModelError:
+        """The error saying that this node is not supported, and why."""
+        return ModelError(f"{self.where + ': ' if self.where else ''}node {self.name!r} ({self.op_type}) is not "
+                          f"supported: {why}")
+
+
+def _const(value, dtype: str):
+    from tunekit import ir
+    return ir.const(bool(value) if dtype == "bool" else int(value) if dtype.startswith(("int", "uint")) else
+                    float(value), dtype)
+
+
+def _ident(name: str) -> str:
+    out = "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
+    return out if out[:1].isalpha() else f"t_{out}"
