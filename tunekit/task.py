@@ -61,6 +61,10 @@ class Task:
     def _with(self, args: dict, **kw) -> Task:
         return Task(self.op, args, **{"template": self.template_name, "templates": self.templates, **kw})
 
+    def weighted(self, weight: int) -> Task:
+        """This task, run `weight` times by a network."""
+        return self._with(self.args, weight=weight, workload=self.workload)
+
     def anchor(self) -> Task:
         """This task without its fused epilogue (the same config space: its records serve this task)."""
         return self._with(self.op.anchor_args(self.args))

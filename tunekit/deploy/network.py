@@ -3,6 +3,7 @@ it as a flat plan of tuned kernels over buffers allocated once and reused."""
 from __future__ import annotations
 
 import functools
+import json
 import time
 import warnings
 from pathlib import Path
@@ -14,6 +15,7 @@ from tunekit.errors import ArgumentError, ModelError, TunekitError
 from tunekit.graph import Graph
 from tunekit.graph.layout import block_activations
 from tunekit.memory import empty
+from tunekit.ops.computed import ComputedOp
 from tunekit.plugin.registry import make_component, registry
 from tunekit.plugin.registry import task as make_task
 from tunekit.store.database import Database
@@ -32,6 +34,19 @@ def load_graph(path: str) -> Graph:
             return _checked(entry.obj().load(str(path)), str(path))
     known = ", ".join(f"{s} ({e.obj.name})" for e in table.values() for s in e.obj.suffixes) or "none"
     raise ModelError(f"{path}: no frontend reads {suffix or 'files without a suffix'} files (installed: {known})")
+
+
+def node_task(node) -> Task:
+    """The Task a graph node runs: its op at its args, or its own computation."""
+    if node.computation is None:
+        return make_task(node.op, node.args)
+    return _computed(node.op, json.dumps(node.computation, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4096)
+def _computed(name: str, data: str) -> Task:
+    # a network repeats its groups (a transformer's layers): hash each computation once
+    return registry().computed_task(ComputedOp.from_data(json.loads(data), name), {})
 
 
 def blocked_ops(target) -> set[str]:
@@ -54,7 +69,7 @@ def _checked(graph: Graph, path: str) -> Graph:
         raise ModelError(f"{path}: {e}") from None
     for node in graph.nodes:
         try:
-            make_task(node.op, node.args)
+            node_task(node)
         except ArgumentError as e:
             raise _node_error(graph, node, f"{e}; these args come from the model's tensor sizes: export it with "
                               "sizes the op takes") from None
@@ -71,8 +86,11 @@ def layout_block(target) -> int:
 
 def node_shapes(graph: Graph) -> dict[str, tuple]:
     """The output shape of every node of `graph`, by output name."""
-    reg = registry()
-    return {node.output: reg.op(node.op).output_shapes(node.args)[0][0] for node in graph.nodes}
+    out = {}
+    for node in graph.nodes:
+        task = node_task(node)
+        out[node.output] = task.op.output_shapes(task.args)[0][0]
+    return out
 
 
 def for_target(graph: Graph, target) -> Graph:
@@ -80,7 +98,7 @@ def for_target(graph: Graph, target) -> Graph:
     naming the file and the node if `target` cannot run a node (its dtype, its memory)."""
     seen = set()
     for node in graph.nodes:
-        task = make_task(node.op, node.args)
+        task = node_task(node)
         if task.key not in seen and (why := target.check_task(task)):
             raise _node_error(graph, node, why)
         seen.add(task.key)
@@ -96,7 +114,7 @@ def graph_tasks(graph: Graph) -> list[tuple[Task, int]]:
     """The distinct tuning tasks of `graph` with how many times it runs each, in order of first use."""
     found: dict[str, list] = {}
     for node in graph.nodes:
-        task = make_task(node.op, node.args).anchor()
+        task = node_task(node).anchor()
         found.setdefault(task.key, [task, 0])[1] += 1
     return [(t, n) for t, n in found.values()]
 
@@ -124,13 +142,13 @@ class CompiledModel:
     def __init__(self, graph: Graph, target, database: str | None = None):
         graph = for_target(graph, target)
         self.graph, self.target = graph, target
-        keys = [make_task(node.op, node.args).key for node in graph.nodes]
+        keys = [node_task(node).key for node in graph.nodes]
         kernels: dict[str, Kernel] = {}   # one per distinct (fused) task
         db = Database(database, readonly=True) if database else None
         try:
             for node, key in zip(graph.nodes, keys):
                 if key not in kernels:
-                    kernels[key] = build(node.op, node.args, target=target, database=db)
+                    kernels[key] = build(node_task(node), target=target, database=db)
         finally:
             if db is not None:
                 db.close()
@@ -145,46 +163,57 @@ class CompiledModel:
     def _plan(self, kernels: list[Kernel]) -> None:
         """Allocate aligned buffers once (an activation's buffer is reused after its last reader, so
         about the two largest activations are live at once) and write the flat list of calls
-        bound to them; `kernels` are the nodes' kernels, in order."""
+        bound to them; `kernels` are the nodes' kernels, in order. A view lives in its base's
+        buffer, which lives from the first write of it or a view of it to the last read."""
         g = self.graph
         last = {}
         for k, node in enumerate(g.nodes):
             for name in node.inputs:
-                last[name] = k
+                last[g.base(name)] = k
         # the weights the nodes read (a frontend or layout pass may leave replaced ones in the graph)
-        arrays = {name: _aligned(g.constants[name]) for name in last if name in g.constants}
-        self.weight_bytes = sum(a.nbytes for a in arrays.values())
-        free: list[np.ndarray] = []        # buffers past their last reader, the most recently freed last
-        raw: dict[str, np.ndarray] = {}     # tensor -> the buffer it lives at the start of
+        consts = {name: _aligned(g.constants[name]) for name in last if name in g.constants}
+        self.weight_bytes = sum(a.nbytes for a in consts.values())
+        free: list[np.ndarray] = []        # bytes past their last reader, the most recently freed last
+        raw: dict[str, np.ndarray] = {}     # tensor -> the bytes it lives at the start of
         self.peak_bytes = 0
 
-        def buffer(name: str, shape: tuple) -> np.ndarray:
-            n = int(np.prod(shape))
-            fits = [k for k, b in enumerate(free) if b.size >= n]
+        def allocate(name: str, nbytes: int) -> np.ndarray:
+            fits = [k for k, b in enumerate(free) if b.size >= nbytes]
             if fits:   # the smallest that fits; of equals, the most recently freed (still in cache)
                 raw[name] = free.pop(min(fits, key=lambda k: (free[k].size, -k)))
             else:
-                raw[name] = empty((n,), "float32")
-                self.peak_bytes += raw[name].nbytes
-            return raw[name][:n].reshape(shape)
+                raw[name] = empty((nbytes,), "uint8")
+                self.peak_bytes += nbytes
+            return raw[name]
 
-        self._inputs = {name: buffer(name, shape) for name, (shape, _) in g.inputs.items()}
-        arrays.update(self._inputs)
+        def array(name: str, shape: tuple, dtype: str) -> np.ndarray:
+            """Tensor `name` as an array of `shape` (the same size as it has), allocated on first use."""
+            if name in consts:
+                return consts[name].reshape(shape)
+            size, itemsize = int(np.prod(shape)), np.dtype(dtype).itemsize
+            base, offset = (g.views[name][:2]) if name in g.views else (name, 0)
+            if base not in raw:
+                allocate(base, int(np.prod(g.shapes[base])) * itemsize if base != name else size * itemsize)
+            start = offset * itemsize
+            return raw[base][start:start + size * itemsize].view(dtype).reshape(shape)
+
+        self._inputs = {name: array(name, shape, dtype) for name, (shape, dtype) in g.inputs.items()}
         self.calls, self.layers = [], []
         for k, (node, kernel) in enumerate(zip(g.nodes, kernels)):
-            out = buffer(node.output, kernel.params[-1][1])
             # a tensor may be read in another shape of the same size (a Flatten before a Gemm): a view
-            args = [arrays[name].reshape(shape) for name, (_, shape, _) in zip(node.inputs, kernel.params)] + [out]
+            args = [array(name, shape, dtype) for name, (_, shape, dtype) in zip(node.inputs, kernel.params)]
+            args.append(array(node.output, *kernel.params[-1][1:]))
             kernel._check(args)   # once: the plan's arrays never change
             bind = getattr(kernel.fn, "bind", None)
             self.calls.append(bind(*args) if bind else functools.partial(kernel.fn, *args))
             self.layers.append((node, kernel))
-            arrays[node.output] = out
-            for name in set(node.inputs):
-                if last.get(name) == k and name not in g.constants and name not in g.outputs:
-                    free.append(raw[name])
-        shapes = g.output_shapes or [arrays[name].shape for name in g.outputs]
-        self._outputs = [arrays[name].reshape(shape) for name, shape in zip(g.outputs, shapes)]
+            for base in {g.base(name) for name in node.inputs}:
+                if last.get(base) == k and base not in consts and base not in {g.base(o) for o in g.outputs}:
+                    free.append(raw[base])
+        outs = {node.output: kernel.params[-1] for node, kernel in self.layers}
+        shapes = g.output_shapes or [outs[name][1] for name in g.outputs]
+        self._outputs = [array(name, shape, outs[name][2] if name in outs else str(g.constants[name].dtype))
+                         for name, shape in zip(g.outputs, shapes)]
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
         for name, value in {**dict(zip(self.graph.inputs, args)), **named}.items():
@@ -219,7 +248,7 @@ class CompiledModel:
 
 
 def _aligned(value: np.ndarray) -> np.ndarray:
-    out = empty(value.shape, "float32")
+    out = empty(value.shape, "uint8" if value.dtype == bool else str(value.dtype))
     out[...] = value
     return out
 

@@ -4,8 +4,13 @@ and what `tunekit.extract_tasks` and `tunekit.compile_model` read.
 A `Graph` has named inputs (shape, dtype), constants (numpy arrays: weights and
 biases, already in the layouts the ops declare), nodes in execution order and
 named outputs. Each node is one tunekit op call with its args (fused epilogues
-included): its `inputs` name graph inputs, constants or earlier nodes' outputs
-in the op's parameter order, and it writes one tensor, `output`.
+included), or a computation of its own (`Node.computation`: te data, a fused group
+of a model's nodes); its `inputs` name graph inputs, constants or earlier nodes'
+outputs in the op's parameter order, and it writes one tensor, `output`.
+
+A tensor may be a view: a contiguous range of another tensor (its base), read and
+written in place (`Graph.views`): a recurrent network's steps write their states
+into one tensor of all steps and read their slice of the input projection.
 """
 from __future__ import annotations
 
@@ -23,6 +28,9 @@ class Node:
     output: str
     name: str = ""          #: the model's name for it (e.g. the ONNX node name), for messages and profiles
     kind: str = ""          #: the model's type for it (e.g. the ONNX op type "Conv"), for messages
+    #: te data (`tunekit.te.to_data`: placeholders in `inputs` order, then the output) when the node
+    #: computes a computation of its own (then `op` is its name and `args` is empty)
+    computation: dict | None = None
 
 
 @dataclass
@@ -36,16 +44,23 @@ class Graph:
     #: the shape each output is returned in (a node may compute it in another shape of the same size)
     output_shapes: list[tuple] = field(default_factory=list)
     source: str = ""        #: the model file it was read from (load_graph sets it), for messages
+    #: tensor -> (base tensor, offset in elements, shape): a view of a contiguous range of its base
+    views: dict[str, tuple[str, int, tuple]] = field(default_factory=dict)
+
+    def base(self, name: str) -> str:
+        """The tensor whose memory `name` lives in (itself unless it is a view)."""
+        return self.views[name][0] if name in self.views else name
 
     def check(self) -> None:
-        """Raise ValueError if a node reads a tensor nothing produced before it."""
+        """Raise ValueError if a node reads a tensor nothing produced before it (a view is
+        there once something wrote its base or a view of it)."""
         known = set(self.inputs) | set(self.constants)
         for node in self.nodes:
-            missing = [i for i in node.inputs if i not in known]
+            missing = [i for i in node.inputs if self.base(i) not in known]
             if missing:
                 raise ValueError(f"node {node.name or node.output!r} ({node.op}) reads {missing}, which no input, "
                                  "constant or earlier node provides")
-            known.add(node.output)
+            known.add(self.base(node.output))
         missing = [o for o in self.outputs if o not in known]
         if missing:
             raise ValueError(f"the graph's outputs {missing} are never computed")

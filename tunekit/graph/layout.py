@@ -76,8 +76,8 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
             inputs[1] = _blocked_weight(constants, inputs[1], b, layouts.conv_weight)
         elif node.op == "depthwise_conv2d":
             inputs[1] = _blocked_weight(constants, inputs[1], b, layouts.depthwise_weight)
-        nodes.append(Node(node.op, args, inputs, node.output, node.name))
-    out = Graph(graph.inputs, constants, nodes, graph.outputs, graph.shapes, graph.output_shapes)
+        nodes.append(Node(node.op, args, inputs, node.output, node.name, node.kind))
+    out = Graph(graph.inputs, constants, nodes, graph.outputs, graph.shapes, graph.output_shapes, views=graph.views)
     out.check()
     return out
 

@@ -80,7 +80,7 @@ class NodeContext:
         if v.size == 1:
             value = v.reshape(()).item()
             dtype = str(v.dtype) if str(v.dtype) != "bool" else "bool"
-            return te.compute(v.shape, lambda *i: _const(value, dtype), name=f"{_ident(self.name)}_c{k}")
+            return te.compute(v.shape, lambda *i: _const(value, dtype), name=f"{ident(self.name)}_c{k}")
         if self._placeholder is None:
             raise self.fail(f"its input {k} is a constant of {v.size} elements, which this lowering does not read")
         return self._placeholder(k)
@@ -91,12 +91,23 @@ class NodeContext:
                           f"supported: {why}")
 
 
+def attrs_of(node) -> dict:
+    """The attributes of ONNX node `node` as Python values (strings decoded)."""
+    from onnx import helper
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
 def _const(value, dtype: str):
     from tunekit import ir
     return ir.const(bool(value) if dtype == "bool" else int(value) if dtype.startswith(("int", "uint")) else
                     float(value), dtype)
 
 
-def _ident(name: str) -> str:
+def ident(name: str) -> str:
+    """`name` made an identifier (te and kernel names)."""
     out = "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
     return out if out[:1].isalpha() else f"t_{out}"

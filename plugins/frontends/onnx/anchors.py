@@ -1,0 +1,203 @@
+"""The ONNX nodes that become tunekit's own ops, which have hand templates (Conv, a Gemm or
+MatMul of constant weights, the pools), with BatchNormalization folded into the conv or
+dense before it and a bias add, residual add and ReLU/Clip(0, 6) fused into its epilogue."""
+from __future__ import annotations
+
+import numpy as np
+
+from tunekit.graph import Node
+
+from .context import attrs_of
+
+
+class Fused:
+    """A conv or dense being built up: its anchor args and what the following nodes fuse into it."""
+
+    def __init__(self, op, args, data, weight, bias, output, n):
+        self.op, self.args, self.data, self.weight, self.bias = op, args, data, weight, bias
+        self.residual, self.output, self.name, self.kind = None, output, n.name, n.op_type
+
+    def node(self) -> Node:
+        args = {**self.args, "bias": self.bias is not None, "residual": self.residual is not None}
+        inputs = [self.data, self.weight, *(t for t in (self.bias, self.residual) if t is not None)]
+        return Node(self.op, args, inputs, self.output, self.name, kind=self.kind)
+
+
+class Plain:
+    """An op with no epilogue (pooling)."""
+
+    def __init__(self, op, args, inputs, output, n):
+        self.output = output
+        self._node = Node(op, args, inputs, output, n.name, kind=n.op_type)
+
+    def node(self) -> Node:
+        return self._node
+
+
+class Anchors:
+    """Makes anchor items for `cv` (the converter: its constants, shapes, uses and items)."""
+
+    def __init__(self, cv):
+        self.cv = cv
+
+    def make(self, n):
+        """The anchor item of node `n`, or None if `n` is not one (then it is lowered to te)."""
+        cv = self.cv
+        if n.op_type == "Conv" and n.input[1] in cv.consts and len(cv.shapes[n.input[0]]) == 4:
+            return self.conv(n)
+        if n.op_type in ("Gemm", "MatMul") and n.input[1] in cv.consts and cv.consts[n.input[1]].ndim == 2:
+            return self.dense(n)
+        if n.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool") and len(cv.shapes[n.input[0]]) == 4:
+            return getattr(self, n.op_type.lower())(n)
+        return None
+
+    def conv(self, n):
+        cv, a = self.cv, attrs_of(n)
+        x, w = n.input[0], n.input[1]
+        N, C, H, W = cv.shapes[x]
+        K, Cg, R, S = cv.consts[w].shape
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            raise cv.fail(n, "auto_pad SAME is not supported; export with explicit pads")
+        if pads[:2] != pads[2:]:
+            raise cv.fail(n, f"asymmetric padding {pads}")
+        common = dict(N=N, C=C, H=H, W=W, R=R, S=S, stride=tuple(a.get("strides", [1, 1])),
+                      padding=tuple(pads[:2]), dilation=tuple(a.get("dilations", [1, 1])), dtype="float32")
+        group = a.get("group", 1)
+        if group == 1:
+            op, args = "conv2d", {**common, "K_out": K}
+        elif group == C == K and Cg == 1:
+            op, args = "depthwise_conv2d", common
+        else:
+            op, args = "group_conv2d", {**common, "K_out": K, "groups": group}
+        bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
+        if bias is not None and bias not in cv.consts:
+            raise cv.fail(n, "its bias is not a constant")
+        return Fused(op, {**args, "activation": "none"}, x, w, bias, n.output[0], n)
+
+    def dense(self, n):
+        """A Gemm (transA 0, alpha = beta = 1, a constant bias of [N]) or a MatMul of constant
+        [K, N] weights, its data's leading axes read as rows; else None (lowered to te)."""
+        cv, a = self.cv, attrs_of(n)
+        x, w = n.input[0], n.input[1]
+        shape = cv.shapes[x]
+        if n.op_type == "Gemm":
+            if a.get("transA", 0) or a.get("alpha", 1.0) != 1 or a.get("beta", 1.0) != 1:
+                return None
+            weight = cv.consts[w] if a.get("transB", 0) else cv.consts[w].T   # [out, in]
+            M, K = shape[0], int(np.prod(shape[1:]))   # [M, K], or [M, K, 1, 1] read through a Flatten
+        else:
+            if len(shape) < 2:
+                return None
+            weight, K = cv.consts[w].T, shape[-1]
+            M = int(np.prod(shape[:-1]))
+        bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
+        if bias is not None and (bias not in cv.consts or cv.consts[bias].size != weight.shape[0]):
+            return None
+        args = dict(M=M, N=weight.shape[0], K=K, dtype="float32", activation="none")
+        transposed = n.op_type == "Gemm" and a.get("transB", 0)
+        return Fused("dense", args, x, w if transposed else cv.const(w + "/t", weight),
+                     cv.const(bias + "/flat", cv.consts[bias].reshape(-1)) if bias else None, n.output[0], n)
+
+    def _pool_args(self, n, a: dict) -> dict:
+        N, C, H, W = self.cv.shapes[n.input[0]]
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        if len(n.output) > 1 or a.get("ceil_mode", 0) or pads[:2] != pads[2:] or \
+                a.get("auto_pad", "NOTSET") != "NOTSET":
+            raise self.cv.fail(n, "only floor mode with symmetric explicit padding and one output")
+        (R, S) = a["kernel_shape"]
+        return dict(N=N, C=C, H=H, W=W, R=R, S=S, stride=tuple(a.get("strides", [1, 1])), padding=tuple(pads[:2]),
+                    dilation=tuple(a.get("dilations", [1, 1])), dtype="float32")
+
+    def maxpool(self, n):
+        return Plain("max_pool2d", self._pool_args(n, attrs_of(n)), [n.input[0]], n.output[0], n)
+
+    def averagepool(self, n):
+        a = attrs_of(n)
+        args = self._pool_args(n, a)
+        if args.pop("dilation") != (1, 1):
+            raise self.cv.fail(n, "AveragePool with dilations")
+        args["count_include_pad"] = bool(a.get("count_include_pad", 0))
+        return Plain("avg_pool2d", args, [n.input[0]], n.output[0], n)
+
+    def globalaveragepool(self, n):
+        N, C, H, W = self.cv.shapes[n.input[0]]
+        return Plain("global_avg_pool2d", dict(N=N, C=C, H=H, W=W, dtype="float32"), [n.input[0]], n.output[0], n)
+
+    # --- epilogues -------------------------------------------------------------------------------------------
+
+    def epilogue(self, n) -> bool:
+        """Fuse node `n` (BatchNormalization, Add, Relu, Clip) into the conv or dense whose output
+        it alone reads, if it fits that epilogue; return whether it did."""
+        cv = self.cv
+        if n.op_type not in ("BatchNormalization", "Add", "Relu", "Clip"):
+            return False
+        # an Add fuses into the later of its two producers, so that the other operand is computed before it
+        ins = n.input if n.op_type == "Add" else n.input[:1]
+        cands = [f for i in ins if isinstance(f := cv.made.get(i), Fused) and cv.uses.get(i, 0) == 1]
+        if not cands:
+            return False
+        f = max(cands, key=cv.items.index)
+        fits = {"BatchNormalization": self.batchnorm, "Add": self.residual, "Relu": self.relu,
+                "Clip": self.clip}[n.op_type](n, f)
+        if fits:
+            del cv.made[f.output]
+            f.output = n.output[0]
+            cv.made[f.output] = f
+        return fits
+
+    def batchnorm(self, n, f: Fused) -> bool:
+        cv = self.cv
+        if f.residual is not None or f.args["activation"] != "none" or any(i not in cv.consts for i in n.input[1:]):
+            return False
+        scale, shift, mean, var = (cv.consts[i].astype(np.float64) for i in n.input[1:5])
+        k = scale / np.sqrt(var + attrs_of(n).get("epsilon", 1e-5))
+        w = cv.consts[f.weight].astype(np.float64)
+        w = w * k.reshape(-1, *[1] * (w.ndim - 1))   # per output channel (OIHW) or feature ([out, in])
+        b = cv.consts[f.bias].astype(np.float64) if f.bias else np.zeros_like(k)
+        f.weight = cv.const(f.weight + "/bn", w)
+        f.bias = cv.const(n.output[0] + "/bias", (b - mean) * k + shift)
+        return True
+
+    def residual(self, n, f: Fused) -> bool:
+        cv = self.cv
+        other = n.input[1] if n.input[0] == f.output else n.input[0]
+        shape = cv.shapes[f.output]
+        if f.residual is not None or f.args["activation"] != "none":
+            return False
+        if other in cv.consts and _per_channel(cv.consts[other].shape, shape, -1 if f.op == "dense" else 1):
+            extra = cv.consts[other].reshape(-1).astype(np.float64)
+            b = cv.consts[f.bias].astype(np.float64) if f.bias else 0
+            f.bias = cv.const(n.output[0] + "/bias", b + extra)
+            return True
+        if cv.shapes.get(other) == shape and cv.position(other) < cv.items.index(f):
+            f.residual = other   # computed before the conv runs
+            return True
+        return False
+
+    def relu(self, n, f: Fused) -> bool:
+        if f.args["activation"] != "none":
+            return False
+        f.args["activation"] = "relu"
+        return True
+
+    def clip(self, n, f: Fused) -> bool:
+        cv, a = self.cv, attrs_of(n)
+
+        def bound(k: int, attr: str):   # an input (opset 11 on: a constant), else the attribute
+            if len(n.input) <= k or not n.input[k]:
+                return a.get(attr)
+            return cv.consts[n.input[k]].item() if n.input[k] in cv.consts else "data"
+        if (bound(1, "min"), bound(2, "max")) != (0, 6) or f.args["activation"] != "none":
+            return False
+        f.args["activation"] = "relu6"
+        return True
+
+
+def _per_channel(const_shape: tuple, shape: tuple, axis: int) -> bool:
+    """Whether a constant of `const_shape` broadcast to `shape` varies along `axis` alone (a bias)."""
+    if len(const_shape) > len(shape):
+        return False
+    padded = (1,) * (len(shape) - len(const_shape)) + tuple(const_shape)
+    axis %= len(shape)
+    return all(d == (shape[axis] if k == axis else 1) for k, d in enumerate(padded))

@@ -1,0 +1,169 @@
+"""Reading an ONNX file: decoded and checked, everything computed from constants and static
+shapes folded into constants (Shape -> Gather -> Concat -> Reshape chains, ConstantOfShape,
+Range, an attention mask's arithmetic), and every tensor's shape inferred and static."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from tunekit.errors import ModelError
+
+REDO = "export the model to ONNX again (e.g. with torch.onnx.export)"
+#: what is never folded: a value that changes from run to run
+_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+def node_name(n) -> str:
+    return f"node {n.name or n.output[0]!r} ({n.op_type})"
+
+
+def load(path: str):
+    """The checked ONNX model at `path`, its constants folded, with every tensor's shape inferred."""
+    import onnx
+    from google.protobuf.message import DecodeError
+    try:
+        with open(path, "rb") as f:
+            empty = not f.read(1)
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read the file: {e.strerror or e}") from None
+    if empty:
+        raise ModelError(f"{path}: the file is empty (0 bytes), not an ONNX model; {REDO}")
+    try:
+        model = onnx.load(path)
+    except DecodeError:
+        raise ModelError(f"{path}: not an ONNX model: it does not decode as one (the file is corrupt, truncated "
+                         f"or in another format); {REDO}") from None
+    except Exception as e:   # external data that cannot be read, or what else the onnx package raises
+        raise ModelError(f"{path}: cannot read it as an ONNX model ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())}); {REDO}") from None
+    if not model.ir_version:   # protobuf decodes some other files to an empty model
+        raise ModelError(f"{path}: not an ONNX model: it holds no ONNX version or graph (the file is corrupt, "
+                         f"truncated or in another format); {REDO}")
+    try:
+        onnx.checker.check_model(model)
+        model = fold(onnx.shape_inference.infer_shapes(model), path)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
+                         "edited file fails these checks)") from None
+
+
+def constant_value(n, path: str) -> np.ndarray:
+    """The value of the Constant node `n` (a tensor, or value_float(s) / value_int(s))."""
+    from onnx import numpy_helper
+    a = {x.name: x for x in n.attribute}
+    if "value" in a:
+        return numpy_helper.to_array(a["value"].t)
+    if "value_float" in a:
+        return np.array(a["value_float"].f, np.float32)
+    if "value_floats" in a:
+        return np.array(a["value_floats"].floats, np.float32)
+    if "value_int" in a:
+        return np.array(a["value_int"].i, np.int64)
+    if "value_ints" in a:
+        return np.array(a["value_ints"].ints, np.int64)
+    raise ModelError(f"{path}: {node_name(n)} is not supported: a Constant of {', '.join(a) or 'no value'} "
+                     "(supported: value, value_float(s), value_int(s))")
+
+
+def _static_shapes(model) -> dict[str, tuple]:
+    shapes = {}
+    for v in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        t = v.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes[v.name] = tuple(int(d.dim_value) for d in t.shape.dim)
+    return shapes
+
+
+def _shape_of(n, shape: tuple) -> np.ndarray:
+    """A Shape node's value for an input of static `shape` (opset 15's start/end included)."""
+    from onnx import helper
+    a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+    return np.array(shape[slice(a.get("start", 0), a.get("end"))], np.int64)
+
+
+def _evaluate(n, values: list, opsets, path: str) -> list[np.ndarray]:
+    """Run node `n` on constant `values` with onnx's reference implementation."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    ins = [helper.make_tensor_value_info(f"in{k}", helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+           for k, v in enumerate(values) if v is not None]
+    names = iter(f"in{k}" for k, v in enumerate(values) if v is not None)
+    node = helper.make_node(n.op_type, [next(names) if v is not None else "" for v in values],
+                            [f"out{k}" for k in range(len(n.output))], domain=n.domain)
+    node.attribute.extend(n.attribute)
+    outs = [helper.make_empty_tensor_value_info(f"out{k}") for k in range(len(n.output))]
+    graph = helper.make_graph([node], "fold", ins, outs)
+    model = helper.make_model(graph, opset_imports=opsets)
+    try:
+        got = ReferenceEvaluator(model).run(None, {f"in{k}": v for k, v in enumerate(values) if v is not None})
+    except Exception as e:   # the reference implementation's own errors: the node is bad
+        raise ModelError(f"{path}: {node_name(n)}: computing it from its constant inputs failed "
+                         f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+    return [numpy_helper.to_array(numpy_helper.from_array(np.asarray(v))) for v in got]
+
+
+def fold(model, path: str):
+    """Return `model` with every node computable at load time (its inputs constants, or a Shape
+    or Size of a static shape) replaced by initializers, shapes re-inferred until nothing folds."""
+    import onnx
+    from onnx import numpy_helper
+    g = model.graph
+    while True:
+        consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        shapes = _static_shapes(model)
+        folded, keep = {}, []
+        for n in g.node:
+            value = None
+            if n.op_type == "Constant":
+                value = [constant_value(n, path)]
+            elif n.op_type in ("Shape", "Size") and n.input[0] in shapes:
+                shape = shapes[n.input[0]]
+                value = [_shape_of(n, shape) if n.op_type == "Shape" else np.array(int(np.prod(shape)), np.int64)]
+            elif n.op_type not in _NOT_FOLDED and n.input and all(not i or i in consts for i in n.input) and \
+                    n.domain in ("", "ai.onnx"):
+                value = _evaluate(n, [consts[i] if i else None for i in n.input], model.opset_import, path)
+            if value is None:
+                keep.append(n)
+                continue
+            for name, v in zip(n.output, value):
+                consts[name] = folded[name] = v
+        if not folded:
+            return model
+        used = {i for n in keep for i in n.input} | {o.name for o in g.output}
+        del g.node[:]
+        g.node.extend(keep)
+        g.initializer.extend(numpy_helper.from_array(v, name) for name, v in folded.items() if name in used)
+        del g.value_info[:]
+        model = onnx.shape_inference.infer_shapes(model)
+        g = model.graph
+
+
+def check_dtypes(g, path: str) -> None:
+    """Refuse a model whose data is not float32 where it must be (inputs that are not indices,
+    outputs, weights) or whose tensors have types tunekit's kernels cannot hold, naming the
+    first such tensor."""
+    from .context import ONNX_DTYPES
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]}
+    inits = {t.name for t in g.initializer}
+    index = {TensorProto.INT64, TensorProto.INT32}
+    fix = "export the model in float32 (in PyTorch: model.float() before torch.onnx.export)"
+    for v in g.input:
+        if v.name not in inits and types[v.name] != TensorProto.FLOAT and types[v.name] not in index:
+            raise ModelError(f"{path}: input {v.name!r} is {_dtype_name(types[v.name])}; tunekit takes float32 "
+                             f"data and int64/int32 indices (token ids, masks): {fix}")
+    for v in g.output:
+        if types[v.name] != TensorProto.FLOAT:
+            raise ModelError(f"{path}: output {v.name!r} is {_dtype_name(types[v.name])}; tunekit's models "
+                             f"return float32: {fix}")
+    found = [(f"initializer {t.name!r}", t.data_type) for t in g.initializer]
+    found += [(f"tensor {o!r} of {node_name(n)}", types[o]) for n in g.node for o in n.output if o in types]
+    for what, elem_type in found:
+        if elem_type not in ONNX_DTYPES or elem_type in (TensorProto.FLOAT16, TensorProto.DOUBLE):
+            raise ModelError(f"{path}: {what} is {_dtype_name(elem_type)}; tunekit runs float32 models (with "
+                             f"integer and bool tensors for indices and masks) only for now: {fix}")
+
+
+def _dtype_name(elem_type: int) -> str:
+    names = {TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float64", TensorProto.STRING: "string"}
+    return names.get(elem_type) or TensorProto.DataType.Name(elem_type).lower()
