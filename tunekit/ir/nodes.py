@@ -53,6 +53,7 @@ class Expr:
     def __mul__(self, o): return binop("*", self, o)
     def __rmul__(self, o): return binop("*", o, self)
     def __truediv__(self, o): return binop("/", self, o)
+    def __rtruediv__(self, o): return binop("/", o, self)
     def __floordiv__(self, o): return binop("//", self, o)
     def __rfloordiv__(self, o): return binop("//", o, self)
     def __mod__(self, o): return binop("%", self, o)

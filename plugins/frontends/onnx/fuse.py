@@ -13,6 +13,7 @@ A reshape-like node left alone is an alias (the same bytes under another shape).
 from __future__ import annotations
 
 from tunekit import ir, te
+from tunekit.te.tensor import ComputeOp
 
 from .context import NodeContext, ident
 
@@ -80,12 +81,14 @@ def group_tensors(cv, root: TeItem) -> tuple[list[str], list[te.Tensor]]:
         return holders[name]
 
     for m in members:
-        values = [None if not i else env[i] if i in env else cv.consts[i] if i in cv.consts else outside(i)
-                  for i in m.inputs]
+        values = [None if not i else env[i] if i in env else cv.consts[cv.name(i)] if cv.name(i) in cv.consts
+                  else outside(i) for i in m.inputs]
         cx = NodeContext(m.op_type, m.name, m.attrs, values, [cv.shapes[o] for o in m.outputs],
                          [cv.dtype(o) for o in m.outputs], lambda k, m=m: outside(m.inputs[k]), cv.path)
         env[m.output] = m.fn(cx)[m.index]
     out = env[root.output]
+    if not isinstance(out.op, ComputeOp):   # a node that returns its input (a Cast to its own type)
+        out = te.compute(out.shape, lambda *i: out[i], name=f"{out.name}_copy")
     if out.dtype == "bool":
         out = te.compute(out.shape, lambda *i: ir.cast(out[i], "uint8"), name=f"{out.name}_u8")
     return reads, [*placeholders, out]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tunekit import ir, te
 
-from .context import ONNX_DTYPES, NodeContext, _ident
+from .context import ONNX_DTYPES, NodeContext, ident
 
 #: |exponent| up to which an integer Pow multiplies out (beyond: exp(y * log(x)))
 MAX_INT_POW = 8
@@ -34,7 +34,7 @@ def broadcast_load(t: te.Tensor, out_shape, axes) -> ir.Expr:
 
 def name_of(cx: NodeContext, suffix: str = "") -> str:
     """The name of a te tensor made for node `cx`: the node's name made an identifier."""
-    return _ident(cx.name) + suffix
+    return ident(cx.name) + suffix
 
 
 def _is_float(dtype: str) -> bool:
@@ -59,10 +59,6 @@ def _scalar(cx: NodeContext, k: int, what: str):
     if v.size != 1:
         raise cx.fail(f"its {what} (input {k}) has {v.size} elements; only a single value is supported")
     return v.reshape(()).item()
-
-
-def _recip(x: ir.Expr) -> ir.Expr:
-    return ir.const(1.0, x.dtype) / x   # ir.Expr has no __rtruediv__: 1.0 / x is not an expression
 
 
 def erf(x: ir.Expr) -> ir.Expr:
@@ -98,9 +94,9 @@ def _pow(cx: NodeContext) -> list[te.Tensor]:
             p = ir.const(1.0, x.dtype)
             for _ in range(abs(int(y))):
                 p = p * x   # 1 * x folds to x
-            return _recip(p) if y < 0 else p
+            return 1.0 / p if y < 0 else p
         if abs(y) == 0.5:
-            return te.sqrt(x) if y > 0 else _recip(te.sqrt(x))
+            return te.sqrt(x) if y > 0 else 1.0 / te.sqrt(x)
         return te.exp(y * te.log(x))
     return _apply(cx, power, 1)
 
@@ -156,9 +152,9 @@ def _batch_norm(cx: NodeContext) -> list[te.Tensor]:
 LOWERINGS = {
     "Add": _map(lambda a, b: a + b), "Sub": _map(lambda a, b: a - b), "Mul": _map(lambda a, b: a * b),
     "Div": _map(lambda a, b: a / b), "Pow": _pow,
-    "Sqrt": _map(te.sqrt, 1), "Reciprocal": _map(_recip, 1), "Exp": _map(te.exp, 1),
+    "Sqrt": _map(te.sqrt, 1), "Reciprocal": _map(lambda x: 1.0 / x, 1), "Exp": _map(te.exp, 1),
     "Log": _map(te.log, 1), "Tanh": _map(te.tanh, 1), "Erf": _map(erf, 1),
-    "Sigmoid": _map(lambda x: _recip(1.0 + te.exp(-x)), 1),
+    "Sigmoid": _map(lambda x: 1.0 / (1.0 + te.exp(-x)), 1),
     "Relu": _map(lambda x: ir.max_(x, 0), 1), "LeakyRelu": _leaky_relu, "Clip": _clip,
     "Neg": _map(lambda x: -x, 1), "Abs": _abs,
     "Where": _map(ir.select), "Cast": _cast,

@@ -1,0 +1,101 @@
+"""The ONNX LSTM node (forward, default activations) as kernels:
+
+- the input projection of every step at once: one dense of [T*B, I] x [4H, I]^T with the
+  two biases summed (a hand-template op, tuned like any Gemm);
+- one fused kernel per step: the recurrent dense [B, H] x [4H, H]^T plus the gates
+  (sigmoid, tanh, the cell and hidden updates), reading its slice of the projection and
+  the previous state in place and writing its state ([h; c], [2, B, H]) into one tensor of
+  all steps (views: every step is the same computation, one task tuned for all T);
+- Y, Y_h and Y_c read out of the states by small te nodes (fused into their readers).
+ONNX's gate order is i, o, f, c.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tunekit import te
+from tunekit.graph import Node
+
+from .anchors import Fused
+from .context import attrs_of, ident
+from .fuse import TeItem
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + te.exp(-x))
+
+
+def step_tensors(B: int, H: int) -> list[te.Tensor]:
+    """One step: (projection [B, 4H], state [2, B, H], recurrent weights [4H, H]) -> state."""
+    proj = te.placeholder((B, 4 * H), "projection")
+    state = te.placeholder((2, B, H), "state")
+    rec = te.placeholder((4 * H, H), "recurrence")
+    k = te.reduce_axis(H, "k")
+    gates = te.compute((B, 4 * H), lambda b, g: te.sum(rec[g, k] * state[0, b, k], axis=k), name="gates")
+
+    def gate(b, j, q):
+        return gates[b, q * H + j] + proj[b, q * H + j]
+    cell = te.compute((B, H), lambda b, j: _sigmoid(gate(b, j, 2)) * state[1, b, j]
+                      + _sigmoid(gate(b, j, 0)) * te.tanh(gate(b, j, 3)), name="cell")
+    out = te.compute((2, B, H), lambda q, b, j: te.if_then_else(
+        q == 0, _sigmoid(gate(b, j, 1)) * te.tanh(cell[b, j]), cell[b, j]), name="lstm_state")
+    return [proj, state, rec, out]
+
+
+def expand(cv, n) -> None:
+    """Add the items of LSTM node `n` to converter `cv`."""
+    a = attrs_of(n)
+    ins = list(n.input) + [""] * (8 - len(n.input))
+    x, w, r, bias, lens, h0, c0, peep = ins
+    if a.get("direction", "forward") != "forward" or a.get("layout", 0) or a.get("clip") is not None \
+            or a.get("input_forget", 0) or peep or a.get("activations", ["Sigmoid", "Tanh", "Tanh"]) != \
+            ["Sigmoid", "Tanh", "Tanh"]:
+        raise cv.fail(n, "only a forward LSTM, layout 0, default activations, without clip, input_forget or "
+                      "peepholes")
+    for k, name in ((1, w), (2, r), (3, bias), (5, h0), (6, c0)):
+        if name and name not in cv.consts:
+            raise cv.fail(n, f"its input {k} ({name!r}) must be a constant")
+    T, B, I = cv.shapes[x]
+    H = int(a["hidden_size"])
+    if lens and not (lens in cv.consts and np.all(cv.consts[lens] == T)):
+        raise cv.fail(n, "sequence_lens must be a constant equal to the sequence length (no padding)")
+    b = cv.consts[bias].reshape(2, 4 * H).sum(0) if bias else np.zeros(4 * H, np.float32)
+    tag = ident(n.name or n.output[0])
+    proj = f"{tag}/projection"
+    f = Fused("dense", dict(M=T * B, N=4 * H, K=I, dtype="float32", activation="none"), x,
+              cv.const(f"{tag}/W", cv.consts[w][0]), cv.const(f"{tag}/B", b), proj, n)
+    cv.add_item(f, proj, (T * B, 4 * H), "float32")
+    zeros = np.zeros((B, H), np.float32)
+    init = cv.const(f"{tag}/initial_state", np.stack([cv.consts[h0][0] if h0 else zeros,
+                                                      cv.consts[c0][0] if c0 else zeros]))
+    states = f"{tag}/states"
+    cv.shapes[states], cv.dtypes[states] = (T, 2, B, H), "float32"
+    data = te.to_data(step_tensors(B, H))
+    rec, prev = cv.const(f"{tag}/R", cv.consts[r][0]), init
+    for t in range(T):
+        view, out = f"{proj}@{t}", f"{states}@{t}"
+        cv.views[view] = (proj, t * B * 4 * H, (B, 4 * H))
+        cv.views[out] = (states, t * 2 * B * H, (2, B, H))
+        cv.shapes[out] = (2, B, H)
+        node = Node("onnx_lstm_step", {}, [view, prev, rec], out, f"{n.name or tag} step {t}", "LSTM",
+                    computation=data)
+        cv.add_item(_Fixed(node), out, (2, B, H), "float32")
+        prev = out
+    readers = {0: lambda s: te.compute((T, 1, B, H), lambda t, d, bb, j: s[t, 0, bb, j], name=f"{tag}_y"),
+               1: lambda s: te.compute((1, B, H), lambda d, bb, j: s[T - 1, 0, bb, j], name=f"{tag}_y_h"),
+               2: lambda s: te.compute((1, B, H), lambda d, bb, j: s[T - 1, 1, bb, j], name=f"{tag}_y_c")}
+    for k, o in enumerate(n.output):
+        if o and cv.consumers.get(o):
+            item = TeItem("LSTM", n.name, {}, [states], [o], 0, lambda cx, k=k: [readers[k](cx.tensor(0))],
+                          "injective")
+            cv.add_item(item, o, cv.shapes[o], "float32")
+
+
+class _Fixed:
+    """An item that is one prebuilt node."""
+
+    def __init__(self, node: Node):
+        self._node, self.output = node, node.output
+
+    def node(self) -> Node:
+        return self._node
