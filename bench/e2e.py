@@ -7,13 +7,18 @@ the rounds, with their spread (min-max). The latency after 0, 16 and 64 (--quick
 the outputs are asserted to agree (PyTorch's and onnxruntime's before tuning,
 tunekit's tuned network's with both after).
 
-    python bench/e2e.py [--quick] [--nets resnet18,mobilenet_v2] [--size 224] [--stages 16,64] [--rounds 3]
+    python bench/e2e.py [--quick] [--nets resnet18,mobilenet_v2,dqn,dcgan,lstm_lm] [--size 224]
+                        [--stages 16,64] [--rounds 3]
 
-The networks are examples/networks.py's ResNet-18 and MobileNet-v2 (torch.nn modules
-with seeded weights, exported to ONNX with torch.onnx.export: the file and the module
-hold the same weights) and examples/small_net.py's (ONNX only: no PyTorch side),
-written at --size x --size. Needs `pip install torch==2.13.0 onnxruntime threadpoolctl`
-(without torch the networks are written with onnx.helper and PyTorch is left out).
+The networks are the paper's five, examples/networks.py's (torch.nn modules with seeded
+weights, exported to ONNX with torch.onnx.export: the file and the module hold the same
+weights): ResNet-18 and MobileNet-v2 (written at --size x --size), the Nature DQN
+(1x4x84x84), DCGAN's generator (z 1x100x1x1) and the medium LSTM language model
+(int64 token ids [35, 1]); and examples/small_net.py's (ONNX only, --size: no PyTorch
+side). Each side gets the same seeded inputs, by name (`networks.inputs`: float32
+N(0, 1) images and z, token ids in [0, vocab)). Needs `pip install torch==2.13.0
+onnxruntime threadpoolctl` (without torch ResNet-18 and MobileNet-v2 are written with
+onnx.helper and PyTorch is left out, and the other three are skipped).
 Tuning resumes from bench/results/e2e/ (xgboost + annealing, the network's tasks
 weighted by their counts, each task over every template that serves it).
 PyTorch runs in processes of its own only: the tuner's process never imports it.
@@ -30,14 +35,19 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from common import alternate, in_process, load_now, machine_report, per_task, time_fn, torch_report
+from networks import NETS, SIZED  # numpy only: PyTorch is imported by what calls for it
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TORCH_NETS = ("resnet18", "mobilenet_v2")   # the nets examples/networks.py defines as torch.nn modules
+TORCH_NETS = NETS   # the nets examples/networks.py defines as torch.nn modules
 
 
-def _input(shape):
+def feeds(net: str, size: int) -> dict:
+    """The network's seeded inputs by name (examples/networks.py's `inputs`; small_net's image "x")."""
+    import networks
     import numpy as np
-    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    if net == "small_net":
+        return {"x": np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)}
+    return networks.inputs(net, size)
 
 
 def write_net(net: str, path: str, size: int, torch: bool) -> str:
@@ -46,6 +56,8 @@ def write_net(net: str, path: str, size: int, torch: bool) -> str:
         from small_net import small_net
         return small_net(path, size=size)
     import networks
+    if net not in SIZED:   # PyTorch only, a fixed input size
+        return getattr(networks, net)(path)
     return getattr(networks, net)(path, size=size, exporter="torch" if torch else "onnx")
 
 
@@ -58,14 +70,13 @@ def _compiled(path: str, db: str | None):
         return tunekit.compile_model(path, target="x86", database=db)
 
 
-def run_times(net) -> list[float]:
-    """Seconds per run of a compiled model on a seeded input."""
-    x = _input(next(iter(net.graph.inputs.values()))[0])
-    return time_fn(lambda: net(x), min_s=0.3, repeat=7)
+def run_times(net, x: dict) -> list[float]:
+    """Seconds per run of a compiled model on the inputs `x` (name -> array)."""
+    return time_fn(lambda: net(**x), min_s=0.3, repeat=7)
 
 
-def tunekit_times(path: str, db: str | None) -> list[float]:
-    return run_times(_compiled(path, db))
+def tunekit_times(path: str, db: str | None, x: dict) -> list[float]:
+    return run_times(_compiled(path, db), x)
 
 
 def _ort(path: str):
@@ -73,19 +84,16 @@ def _ort(path: str):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = os.cpu_count()
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    return (lambda x: sess.run(None, {inp.name: x})[0]), inp.shape
+    return lambda x: sess.run(None, x)[0]
 
 
-def ort_times(path: str) -> list[float]:
-    run, shape = _ort(path)
-    x = _input(shape)
+def ort_times(path: str, x: dict) -> list[float]:
+    run = _ort(path)
     return time_fn(lambda: run(x), min_s=0.3, repeat=7)
 
 
-def ort_output(path: str):
-    run, shape = _ort(path)
-    return run(_input(shape))
+def ort_output(path: str, x: dict):
+    return _ort(path)(x)
 
 
 def ort_report() -> str:
@@ -94,26 +102,27 @@ def ort_report() -> str:
             f"{os.cpu_count()} intra-op threads")
 
 
-def _torch(net: str, size: int):
-    """The network's torch.nn module (eval mode, the seeded weights of its ONNX file) and its input."""
+def _torch(net: str, x: dict):
+    """The network's torch.nn module (eval mode, the seeded weights of its ONNX file) and its inputs as
+    tensors, in the file's input order (the modules take them positionally)."""
     import networks
     import torch
     torch.set_num_threads(os.cpu_count())
-    return getattr(networks, f"{net}_module")(), torch.from_numpy(_input((1, 3, size, size)))
+    return getattr(networks, f"{net}_module")(), [torch.from_numpy(v) for v in x.values()]
 
 
-def torch_times(net: str, size: int) -> list[float]:
+def torch_times(net: str, x: dict) -> list[float]:
     import torch
-    module, x = _torch(net, size)
+    module, args = _torch(net, x)
     with torch.inference_mode():
-        return time_fn(lambda: module(x), min_s=0.3, repeat=7)
+        return time_fn(lambda: module(*args), min_s=0.3, repeat=7)
 
 
-def torch_output(net: str, size: int):
+def torch_output(net: str, x: dict):
     import torch
-    module, x = _torch(net, size)
+    module, args = _torch(net, x)
     with torch.inference_mode():
-        return module(x).numpy()
+        return module(*args).numpy()
 
 
 def check(outputs: dict, ref: str) -> str:
@@ -133,8 +142,10 @@ def check(outputs: dict, ref: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="0, 8 and 32 trials per task")
-    ap.add_argument("--nets", default="resnet18,mobilenet_v2", help="resnet18, mobilenet_v2, small_net")
-    ap.add_argument("--size", type=int, default=224, help="input height and width")
+    ap.add_argument("--nets", default=",".join(NETS), help=f"of {', '.join(NETS)}, small_net (default: all "
+                                                          "but small_net)")
+    ap.add_argument("--size", type=int, default=224,
+                    help=f"input height and width of {', '.join(SIZED)} and small_net (the others' are fixed)")
     ap.add_argument("--stages", default=None,
                     help="trials per task to tune to, in turn, after the untuned run (default 16,64; --quick 8,32; "
                          "0: untuned only)")
@@ -143,12 +154,18 @@ def main() -> None:
     a = ap.parse_args()
     stages = sorted({int(s) for s in (a.stages or ("8,32" if a.quick else "16,64")).split(",") if s} - {0})
     has_torch = importlib.util.find_spec("torch") is not None
+    nets = a.nets.split(",")
+    if unknown := [n for n in nets if n not in (*NETS, "small_net")]:
+        ap.error(f"--nets: no network {', '.join(unknown)} (of {', '.join(NETS)}, small_net)")
+    if not has_torch and (skip := [n for n in nets if n not in (*SIZED, "small_net")]):
+        print(f"skipping {', '.join(skip)}: writing them needs PyTorch (pip install torch==2.13.0)")
+        nets = [n for n in nets if n not in skip]
     print(machine_report())
     print(in_process(ort_report))
     print(in_process(torch_report) if has_torch else "PyTorch: not installed (no PyTorch side)")
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
-    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch) for net in a.nets.split(",")}
+    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch) for net in nets}
     print(f"\nwhole benchmark: {time.monotonic() - t0:.0f} s; machine load now {load_now()}")
     plot(curves, os.path.join(a.out, f"e2e_{a.size}.png"))
 
@@ -161,21 +178,24 @@ def _ms(r) -> str:
 def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: bool) -> dict:
     import tunekit
     torch_side = has_torch and net in TORCH_NETS
-    path = in_process(write_net, net, os.path.join(out, f"{net}_{size}.onnx"), size, torch_side)
-    print(f"\n{net} {size}x{size}" + ("" if torch_side else " (no PyTorch module: onnxruntime and tunekit only)"))
+    tag = f"{net}_{size}" if net in (*SIZED, "small_net") else net   # names its file and databases
+    path = in_process(write_net, net, os.path.join(out, f"{tag}.onnx"), size, torch_side)
+    x = feeds(net, size)
+    print(f"\n{net}: " + ", ".join(f"{k} {list(v.shape)} {v.dtype}" for k, v in x.items())
+          + ("" if torch_side else " (no PyTorch module: onnxruntime and tunekit only)"))
     if torch_side:   # the module and the file hold the same network, else the comparison means nothing
-        print("  " + check({"onnxruntime": in_process(ort_output, path),
-                            "pytorch": in_process(torch_output, net, size)}, "onnxruntime"))
-    sides = {"tunekit": None, "onnxruntime": (ort_times, (path,))}
+        print("  " + check({"onnxruntime": in_process(ort_output, path, x),
+                            "pytorch": in_process(torch_output, net, x)}, "onnxruntime"))
+    sides = {"tunekit": None, "onnxruntime": (ort_times, (path, x))}
     if torch_side:
-        sides["pytorch"] = (torch_times, (net, size))
+        sides["pytorch"] = (torch_times, (net, x))
     points = {side: [] for side in sides}
     t_tune, db = 0.0, None
     for trials in (0, *stages):
         if trials:
             # each stage tunes on in its own copy of the previous stage's database (resumable, and
             # the latency after 8 trials is measured on the records of 8 trials, not of the last stage)
-            db, before = os.path.join(out, f"{net}_{size}.t{trials}.db"), db
+            db, before = os.path.join(out, f"{tag}.t{trials}.db"), db
             if before is not None and not os.path.exists(db):
                 copy_database(before, db)
             t0 = time.monotonic()
@@ -187,7 +207,7 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
                   f"{sum(len(t.trials) for t in tasks)} known, over {len(tasks)} tasks ({len(states)} task-templates) "
                   f"in {time.monotonic() - t0:.0f} s (a resumed run measures only what is missing); "
                   f"tuning so far {t_tune:.0f} s")
-        sides["tunekit"] = (tunekit_times, (path, db))
+        sides["tunekit"] = (tunekit_times, (path, db, x))
         r = alternate(sides, rounds)
         for side in points:
             points[side].append((trials, r[side][0]))
@@ -198,9 +218,9 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
         print(f"  latency after {trials:3d} trials/task, median of {rounds} rotating rounds (min-max): "
               f"tunekit {_ms(r['tunekit'])}, {', '.join(vs)}: tunekit is {', '.join(speed)}")
     model = _compiled(path, db)
-    outs = {"onnxruntime": in_process(ort_output, path), "tunekit": model(_input((1, 3, size, size)))[0]}
+    outs = {"onnxruntime": in_process(ort_output, path, x), "tunekit": model(**x)[0]}
     if torch_side:
-        outs["pytorch"] = in_process(torch_output, net, size)
+        outs["pytorch"] = in_process(torch_output, net, x)
     print("  tuned: " + check(outs, "onnxruntime"))
     rows = model.profile(repeat=20)
     total = sum(r["seconds"] for r in rows)
@@ -210,7 +230,7 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
         print(f"  {r['layer']:{width}s} {r['op']:17s} {r['template']:7s} {r['seconds'] * 1e3:7.3f} ms "
               f"{r['seconds'] / total:5.0%} {r['gflops']:7.1f} GFLOPS {'tuned' if r['tuned'] else 'fallback'}")
     print(f"  activation buffers {model.peak_bytes / 2**20:.2f} MiB; layer sum {total * 1e3:.3f} ms, "
-          f"median run {statistics.median(run_times(model)) * 1e3:.3f} ms")
+          f"median run {statistics.median(run_times(model, x)) * 1e3:.3f} ms")
     return points
 
 

@@ -1,13 +1,24 @@
-"""ResNet-18 and MobileNet-v2 (batch 1, float32, NCHW) with seeded random weights, nothing downloaded:
+"""The paper's five end-to-end networks (batch 1, float32) with seeded random weights, nothing downloaded:
 
 - `resnet18_module(seed)`, `mobilenet_v2_module(seed)`: the torchvision architectures as torch.nn
   modules in eval mode, BatchNorm with non-trivial running statistics (so that folding it matters);
-- `resnet18(path, size)`, `mobilenet_v2(path, size)`: ONNX files of them (opset 17), exported from the
-  module by torch.onnx.export (the TorchScript exporter, BatchNormalization kept as its own node) when
-  PyTorch is installed, else written with onnx.helper: the same layers with the same weights (both
-  draw them from one seeded generator in the same order), so either file computes the same function.
+- `resnet18(path, size)`, `mobilenet_v2(path, size)`: ONNX files of them (opset 17, input "x"
+  [1, 3, SIZE, SIZE]), exported from the module by torch.onnx.export (the TorchScript exporter,
+  BatchNormalization kept as its own node) when PyTorch is installed, else written with onnx.helper: the
+  same layers with the same weights (both draw them from one seeded generator in the same order), so
+  either file computes the same function;
+- `dqn_module(seed)`, `dcgan_module(seed)`, `lstm_lm_module(seed)` and `dqn(path)`, `dcgan(path)`,
+  `lstm_lm(path)`: the Nature DQN (input "x" [1, 4, 84, 84] -> 18 action values), DCGAN's generator
+  (input "z" [1, 100, 1, 1] -> a [1, 3, 64, 64] image; transposed convolutions, BatchNorm, Tanh) and the
+  medium LSTM language model of Zaremba et al. (input "tokens": int64 ids [35, 1], sequence first ->
+  logits [35, 1, 10000]; two LSTM layers of 650, zero initial states), exported with constant folding
+  and fixed shapes; PyTorch only (no onnx.helper writer), and no SIZE;
+- `inputs(net, size)`: a network's seeded graph inputs by name (what its file and module take).
+
+Every file's output is "y".
 
     python examples/networks.py resnet18|mobilenet_v2 PATH [SIZE]
+    python examples/networks.py dqn|dcgan|lstm_lm PATH
 
 Importing this file needs neither PyTorch nor onnx; each function imports what it uses.
 """
@@ -23,6 +34,11 @@ import numpy as np
 MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
                        (6, 320, 1, 1))
 RESNET18_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))   # channels, first block's stride; two blocks each
+DCGAN_CHANNELS = (512, 256, 128, 64)   # the generator's BatchNorm+ReLU layers: 4x4, 8x8, 16x16, 32x32
+LSTM_LM = {"vocab": 10000, "hidden": 650, "layers": 2, "steps": 35, "init": 0.05}   # Zaremba et al.'s medium model
+SIZED = ("resnet18", "mobilenet_v2")   # the nets whose input size is a parameter
+NETS = (*SIZED, "dqn", "dcgan", "lstm_lm")
+_FIXED_INPUTS = {"dqn": ("x", (1, 4, 84, 84)), "dcgan": ("z", (1, 100, 1, 1))}   # else "x" [1, 3, size, size]
 
 
 class _Weights:
@@ -38,9 +54,22 @@ class _Weights:
         return [v.astype(np.float32) for v in (self.rng.uniform(0.5, 1.0, c), self.rng.normal(0, 0.1, c),
                                                self.rng.normal(0, 0.1, c), self.rng.uniform(0.5, 1.5, c))]
 
+    def conv_t(self, cin: int, cout: int, k: int, stride: int) -> np.ndarray:   # ConvTranspose2d's [in, out, k, k]
+        # an output pixel reads about cin * (k / stride)^2 inputs
+        return (self.rng.standard_normal((cin, cout, k, k)) * np.sqrt(2.0 * stride ** 2 / (cin * k * k))).astype(
+            np.float32)
+
+    def bias(self, c: int) -> np.ndarray:
+        return self.rng.normal(0, 0.01, c).astype(np.float32)
+
     def fc(self, cout: int, cin: int) -> list[np.ndarray]:   # weight [out, in], bias
-        return [(self.rng.standard_normal((cout, cin)) * np.sqrt(1.0 / cin)).astype(np.float32),
-                self.rng.normal(0, 0.01, cout).astype(np.float32)]
+        return [(self.rng.standard_normal((cout, cin)) * np.sqrt(1.0 / cin)).astype(np.float32), self.bias(cout)]
+
+    def embedding(self, n: int, d: int) -> np.ndarray:   # nn.Embedding's own N(0, 1)
+        return self.rng.standard_normal((n, d)).astype(np.float32)
+
+    def uniform(self, shape, r: float) -> np.ndarray:   # Zaremba et al.'s LSTM initialisation, U(-r, r)
+        return self.rng.uniform(-r, r, shape).astype(np.float32)
 
 
 # --- torch.nn modules -------------------------------------------------------------------------------------------
@@ -106,7 +135,36 @@ def _classes():
         def forward(self, x):
             return self.classifier(nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
 
-    return ResNet18, MobileNetV2
+    class LstmLM(nn.Module):
+        def __init__(self, vocab, hidden, layers):
+            super().__init__()
+            self.embed, self.lstm = nn.Embedding(vocab, hidden), nn.LSTM(hidden, hidden, layers)
+            self.decoder = nn.Linear(hidden, vocab)
+
+        def forward(self, tokens):   # [steps, batch] ids -> [steps, batch, vocab] logits, zero initial states
+            return self.decoder(self.lstm(self.embed(tokens))[0])
+
+    return {"resnet18": ResNet18, "mobilenet_v2": MobileNetV2, "lstm_lm": LstmLM}
+
+
+def _draw(w: _Weights, m) -> list[np.ndarray]:
+    """One layer's seeded parameters (then running statistics), in the order it holds them; [] for the others."""
+    from torch import nn
+    if isinstance(m, nn.Conv2d):
+        out = [w.conv(m.out_channels, m.in_channels // m.groups, m.kernel_size[0])]
+    elif isinstance(m, nn.ConvTranspose2d):
+        out = [w.conv_t(m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0])]
+    elif isinstance(m, nn.BatchNorm2d):
+        return w.bn(m.num_features)
+    elif isinstance(m, nn.Linear):
+        return w.fc(m.out_features, m.in_features)
+    elif isinstance(m, nn.Embedding):
+        return [w.embedding(m.num_embeddings, m.embedding_dim)]
+    elif isinstance(m, nn.LSTM):   # per layer: weight_ih, weight_hh, bias_ih, bias_hh
+        return [w.uniform(p.shape, LSTM_LM["init"]) for p in m.parameters()]
+    else:
+        return []
+    return out + ([w.bias(m.out_channels)] if m.bias is not None else [])
 
 
 def _seeded(module, seed: int):
@@ -115,41 +173,104 @@ def _seeded(module, seed: int):
     w = _Weights(seed)
     with torch.no_grad():
         for m in module.modules():
-            if isinstance(m, torch.nn.Conv2d):
-                m.weight.copy_(torch.from_numpy(w.conv(m.out_channels, m.in_channels // m.groups, m.kernel_size[0])))
-            elif isinstance(m, torch.nn.BatchNorm2d):
-                for t, v in zip((m.weight, m.bias, m.running_mean, m.running_var), w.bn(m.num_features)):
-                    t.copy_(torch.from_numpy(v))
-            elif isinstance(m, torch.nn.Linear):
-                for t, v in zip((m.weight, m.bias), w.fc(m.out_features, m.in_features)):
-                    t.copy_(torch.from_numpy(v))
+            stats = [m.running_mean, m.running_var] if isinstance(m, torch.nn.BatchNorm2d) else []
+            for t, v in zip([*m.parameters(recurse=False), *stats], _draw(w, m), strict=True):
+                t.copy_(torch.from_numpy(v))
     return module.eval()
 
 
 def resnet18_module(seed: int = 0):
     """ResNet-18 (torchvision's layers: a 7x7 stem, max pooling, four stages of two basic blocks, a
     classifier) as a torch.nn.Module in eval mode, with seeded weights."""
-    return _seeded(_classes()[0](), seed)
+    return _seeded(_classes()["resnet18"](), seed)
 
 
 def mobilenet_v2_module(seed: int = 0):
     """MobileNet-v2 (torchvision's layers: inverted residual blocks of expand 1x1, depthwise 3x3 and
     project 1x1 convolutions, ReLU6, a classifier) as a torch.nn.Module in eval mode, with seeded weights."""
-    return _seeded(_classes()[1](), seed)
+    return _seeded(_classes()["mobilenet_v2"](), seed)
 
 
-def export(module, path: str, size: int) -> str:
-    """Write `module` to `path` as ONNX (opset 17, input "x" [1, 3, size, size], output "y") with the
-    TorchScript exporter (the dynamo one needs onnxscript). Without constant folding the exporter keeps
-    BatchNormalization as its own node instead of folding it into the Conv: the file's reader folds it."""
+def dqn_module(seed: int = 0):
+    """The Nature DQN (Mnih et al. 2015: three convolutions with bias and ReLU, two fully connected layers;
+    4 frames of 84x84 -> 18 action values) as a torch.nn.Module in eval mode, with seeded weights."""
+    from torch import nn
+    return _seeded(nn.Sequential(nn.Conv2d(4, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
+                                 nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten(),
+                                 nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, 18)), seed)
+
+
+def dcgan_module(seed: int = 0):
+    """DCGAN's generator (Radford et al.; the PyTorch DCGAN example): z [1, 100, 1, 1] through transposed
+    convolutions (no bias) + BatchNorm + ReLU to 4x4, 8x8, 16x16, 32x32, then one to 3 channels + Tanh:
+    a [1, 3, 64, 64] image. A torch.nn.Module in eval mode, with seeded weights."""
+    from torch import nn
+    layers, cin = [], _FIXED_INPUTS["dcgan"][1][1]
+    for k, cout in enumerate(DCGAN_CHANNELS):
+        layers += [nn.ConvTranspose2d(cin, cout, 4, 2 if k else 1, 1 if k else 0, bias=False), nn.BatchNorm2d(cout),
+                   nn.ReLU(inplace=True)]
+        cin = cout
+    return _seeded(nn.Sequential(*layers, nn.ConvTranspose2d(cin, 3, 4, 2, 1, bias=False), nn.Tanh()), seed)
+
+
+def lstm_lm_module(seed: int = 0):
+    """The medium LSTM language model of Zaremba et al. (embedding 650, two LSTM layers of 650, a decoder
+    to 10000 words; dropout off: eval): `module(tokens)`, int64 ids [35, 1] (sequence first) -> logits
+    [35, 1, 10000], zero initial states. A torch.nn.Module in eval mode, with seeded weights."""
+    return _seeded(_classes()["lstm_lm"](LSTM_LM["vocab"], LSTM_LM["hidden"], LSTM_LM["layers"]), seed)
+
+
+def inputs(net: str, size: int = 224, seed: int = 0) -> dict[str, np.ndarray]:
+    """The network's graph inputs by name, seeded: float32 N(0, 1) images / z; for lstm_lm, int64 token
+    ids in [0, vocab). `size` applies to the SIZED nets only."""
+    rng = np.random.default_rng(seed)
+    if net == "lstm_lm":
+        return {"tokens": rng.integers(0, LSTM_LM["vocab"], (LSTM_LM["steps"], 1), dtype=np.int64)}
+    if net not in NETS:
+        raise ValueError(f"no network {net!r}: one of {', '.join(NETS)}")
+    name, shape = _FIXED_INPUTS.get(net, ("x", (1, 3, size, size)))
+    return {name: rng.standard_normal(shape).astype(np.float32)}
+
+
+def export(module, path: str, feeds: dict[str, np.ndarray], fold: bool = False) -> str:
+    """Write `module` to `path` as ONNX (opset 17, traced on `feeds`: inputs named and shaped as they are,
+    fixed shapes; output "y") with the TorchScript exporter (the dynamo one needs onnxscript). Without
+    constant folding (`fold`) the exporter keeps BatchNormalization as its own node instead of folding
+    it into the Conv: the file's reader folds it (with it, torch 2.13 folds it into a Conv, not into a
+    ConvTranspose)."""
     import warnings
 
     import torch
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # "legacy TorchScript-based ONNX export": chosen, see above
-        torch.onnx.export(module, (torch.zeros(1, 3, size, size),), path, dynamo=False, opset_version=17,
-                          input_names=["x"], output_names=["y"], do_constant_folding=False)
+        torch.onnx.export(module, tuple(map(torch.from_numpy, feeds.values())), path, dynamo=False,
+                          opset_version=17, input_names=list(feeds), output_names=["y"], do_constant_folding=fold)
     return path
+
+
+def _export_torch_only(net: str, path: str, exporter: str | None, seed: int) -> str:
+    if exporter not in ("torch", None):
+        raise ValueError(f"{net}: exporter {exporter!r}: only 'torch' (there is no onnx.helper writer for it)")
+    if importlib.util.find_spec("torch") is None:
+        raise ImportError(f"writing {net} needs PyTorch: pip install torch==2.13.0")
+    return export(globals()[f"{net}_module"](seed), path, inputs(net), fold=True)
+
+
+def dqn(path: str, exporter: str | None = "torch", seed: int = 0) -> str:
+    """Write the Nature DQN with seeded weights to `path` as ONNX (input "x": 1x4x84x84) and return the path.
+    exporter: "torch" only (torch.onnx.export of `dqn_module(seed)`, constant folding on)."""
+    return _export_torch_only("dqn", path, exporter, seed)
+
+
+def dcgan(path: str, exporter: str | None = "torch", seed: int = 0) -> str:
+    """Write DCGAN's generator with seeded weights to `path` as ONNX (input "z": 1x100x1x1); as `dqn`."""
+    return _export_torch_only("dcgan", path, exporter, seed)
+
+
+def lstm_lm(path: str, exporter: str | None = "torch", seed: int = 0) -> str:
+    """Write the medium LSTM language model with seeded weights to `path` as ONNX (input "tokens": int64
+    [35, 1]); as `dqn`."""
+    return _export_torch_only("lstm_lm", path, exporter, seed)
 
 
 # --- the same networks written with onnx.helper (no PyTorch) ----------------------------------------------------
@@ -218,10 +339,10 @@ def _mobilenet_v2_onnx(path: str, size: int, seed: int) -> str:
     return n.save(n.conv_bn(x, cin, 1280, 1, act="relu6"), 1280, path, size)
 
 
-def _write(module_fn, onnx_fn, path: str, size: int, seed: int, exporter: str | None) -> str:
+def _write(net: str, onnx_fn, path: str, size: int, seed: int, exporter: str | None) -> str:
     exporter = exporter or ("torch" if importlib.util.find_spec("torch") is not None else "onnx")
     if exporter == "torch":
-        return export(module_fn(seed), path, size)
+        return export(globals()[f"{net}_module"](seed), path, inputs(net, size))
     if exporter == "onnx":
         return onnx_fn(path, size, seed)
     raise ValueError(f"exporter {exporter!r}: 'torch' or 'onnx'")
@@ -231,14 +352,17 @@ def resnet18(path: str, size: int = 224, seed: int = 0, exporter: str | None = N
     """Write ResNet-18 with seeded weights to `path` as ONNX (input "x": 1x3xSIZExSIZE) and return the path.
     exporter: "torch" (torch.onnx.export of `resnet18_module(seed)`), "onnx" (onnx.helper, the same
     layers and weights, no PyTorch), or None: "torch" when PyTorch is installed."""
-    return _write(resnet18_module, _resnet18_onnx, path, size, seed, exporter)
+    return _write("resnet18", _resnet18_onnx, path, size, seed, exporter)
 
 
 def mobilenet_v2(path: str, size: int = 224, seed: int = 0, exporter: str | None = None) -> str:
     """Write MobileNet-v2 with seeded weights to `path` as ONNX; as `resnet18`."""
-    return _write(mobilenet_v2_module, _mobilenet_v2_onnx, path, size, seed, exporter)
+    return _write("mobilenet_v2", _mobilenet_v2_onnx, path, size, seed, exporter)
 
 
 if __name__ == "__main__":
-    make = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}[sys.argv[1]]
-    print(make(sys.argv[2], *(int(a) for a in sys.argv[3:4])))
+    net, args = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 2 else (None, [])
+    if net not in NETS or len(args) > (2 if net in SIZED else 1):
+        sys.exit(f"usage: python {sys.argv[0]} {'|'.join(SIZED)} PATH [SIZE]\n"
+                 f"       python {sys.argv[0]} {'|'.join(NETS[len(SIZED):])} PATH   (fixed input size: no SIZE)")
+    print(globals()[net](args[0], *(int(a) for a in args[1:])))
