@@ -323,63 +323,17 @@ def report(args: argparse.Namespace) -> int:
 
 @command("run", arg("model", help="model file (.onnx)"), arg("--target", default="x86", help="target (default x86)"),
          arg("--database", help="tuning records to use (default: none, every kernel a default config)"),
-         arg("--input", help=".npy file with the model's input (default: seeded random values)"),
+         arg("--input", action="append", metavar="NAME=FILE.npy", help="an input's values (repeatable; FILE.npy "
+             "alone for a model of one input); default: seeded random values (integer inputs: ids within the "
+             "range they index)"),
          arg("--repeat", type=int, default=20, help="timed runs of the whole network (default 20)"),
          help="run a model with its tuned kernels: latency, per-layer profile, check against onnxruntime")
 def run_model(args: argparse.Namespace) -> int:
     """Compile a model with the best records of a database, run it, and print its
     latency (median of --repeat runs), a per-layer profile and its buffer memory; when
-    onnxruntime is installed, check the outputs against it on the same input."""
-    import statistics
-    import time
-    import warnings
-
-    import numpy as np
-
-    from tunekit.deploy.network import compile_model
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        net = compile_model(args.model, args.target, args.database)
-    for w in said:
-        print(f"warning: {w.message}", file=sys.stderr)
-    (name, (shape, dtype)), *more = net.graph.inputs.items()
-    if more:
-        raise TunekitError(f"{args.model}: `tunekit run` feeds one input; the model has {len(more) + 1}")
-    if args.input:
-        try:
-            x = np.load(args.input)
-        except (OSError, ValueError) as e:
-            raise TunekitError(f"{args.input}: cannot read a .npy array: {e}") from None
-    else:
-        x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
-    outputs = net(x)
-    times = []
-    for _ in range(max(1, args.repeat)):
-        t0 = time.perf_counter()
-        net(x)
-        times.append(time.perf_counter() - t0)
-    latency = statistics.median(times)
-    rows = net.profile()
-    total = sum(r["seconds"] for r in rows) or 1.0
-    out = _console()
-    out.print(_table(f"{args.model}: {latency * 1e3:.3f} ms per run (median of {len(times)})",
-                     ["layer", "op", "template", "ms", "share", "GFLOPS", "config"],
-                     [[r["layer"], r["op"], r["template"], f"{r['seconds'] * 1e3:.3f}", f"{r['seconds'] / total:.0%}",
-                       f"{r['gflops']:.1f}", "tuned" if r["tuned"] else "fallback"] for r in rows]))
-    out.print(f"memory: activations {net.peak_bytes / 2**20:.2f} MiB (buffers reused across layers), "
-              f"weights {net.weight_bytes / 2**20:.2f} MiB", markup=False)
-    try:
-        import onnxruntime
-    except ImportError:
-        out.print("(install onnxruntime to check the outputs against it)", markup=False)
-        return 0
-    ref = onnxruntime.InferenceSession(args.model, providers=["CPUExecutionProvider"]).run(None, {name: x})
-    worst = max(float(np.max(np.abs(o - r)) / (np.max(np.abs(r)) or 1.0)) for o, r in zip(outputs, ref))
-    if worst > 1e-3:
-        raise TunekitError(f"{args.model}: the outputs differ from onnxruntime's (max error {worst:.2g} of the "
-                           "output's range)")
-    out.print(f"outputs match onnxruntime (max error {worst:.1e} of the output's range)", markup=False)
-    return 0
+    onnxruntime is installed, check the outputs against it on the same inputs."""
+    from tunekit.cli.run import run_model as run
+    return run(args, _console(), _table)
 
 
 @command("db", arg("action", choices=["import", "recover"], help="import: add a JSONL log's records to a database; "

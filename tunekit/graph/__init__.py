@@ -46,6 +46,8 @@ class Graph:
     source: str = ""        #: the model file it was read from (load_graph sets it), for messages
     #: tensor -> (base tensor, offset in elements, shape): a view of a contiguous range of its base
     views: dict[str, tuple[str, int, tuple]] = field(default_factory=dict)
+    #: integer input -> the bound its values lie below (token ids: the vocabulary they index)
+    input_bounds: dict[str, int] = field(default_factory=dict)
 
     def base(self, name: str) -> str:
         """The tensor whose memory `name` lives in (itself unless it is a view)."""

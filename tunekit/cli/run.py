@@ -1,0 +1,78 @@
+"""`tunekit run`: a compiled model's latency, per-layer profile and memory, its outputs
+checked against onnxruntime's on the same inputs."""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import numpy as np
+
+from tunekit.errors import TunekitError
+
+
+def feeds(net, given: list[str], path: str) -> dict[str, np.ndarray]:
+    """The model's inputs by name: `given` ("name=file.npy", or "file.npy" for a model of one
+    input) and, for the rest, seeded random values: normal floats; integers in [0, the input's
+    bound) (token ids within the vocabulary that they index), else 0 or 1 (masks)."""
+    inputs, out = net.graph.inputs, {}
+    for spec in given:
+        name, sep, file = spec.rpartition("=")
+        if not sep:
+            if len(inputs) != 1:
+                raise TunekitError(f"--input {spec}: the model has {len(inputs)} inputs ({', '.join(inputs)}); "
+                                   "give each as --input NAME=FILE.npy")
+            name = next(iter(inputs))
+        if name not in inputs:
+            raise TunekitError(f"--input {spec}: {path} has no input {name!r} (inputs: {', '.join(inputs)})")
+        try:
+            out[name] = np.load(file)
+        except (OSError, ValueError) as e:
+            raise TunekitError(f"--input {spec}: cannot read a .npy array from {file}: {e}") from None
+    rng = np.random.default_rng(0)
+    for name, (shape, dtype) in inputs.items():
+        if name not in out:
+            if np.dtype(dtype).kind in "iu":
+                out[name] = rng.integers(0, net.graph.input_bounds.get(name, 2), shape).astype(dtype)
+            else:
+                out[name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+def run_model(args: argparse.Namespace, console, table) -> int:
+    from tunekit.deploy.network import compile_model
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        net = compile_model(args.model, args.target, args.database)
+    for w in said:
+        print(f"warning: {w.message}")
+    x = feeds(net, args.input or [], args.model)
+    outputs = net(**x)
+    times = []
+    for _ in range(max(1, args.repeat)):
+        t0 = time.perf_counter()
+        net(**x)
+        times.append(time.perf_counter() - t0)
+    latency = statistics.median(times)
+    rows = net.profile()
+    total = sum(r["seconds"] for r in rows) or 1.0
+    console.print(table(f"{args.model}: {latency * 1e3:.3f} ms per run (median of {len(times)})",
+                        ["layer", "op", "template", "ms", "share", "GFLOPS", "config"],
+                        [[r["layer"], r["op"], r["template"], f"{r['seconds'] * 1e3:.3f}",
+                          f"{r['seconds'] / total:.0%}", f"{r['gflops']:.1f}", "tuned" if r["tuned"] else "fallback"]
+                         for r in rows]))
+    console.print(f"memory: activations {net.peak_bytes / 2**20:.2f} MiB (buffers reused across layers), "
+                  f"weights {net.weight_bytes / 2**20:.2f} MiB", markup=False)
+    try:
+        import onnxruntime
+    except ImportError:
+        console.print("(install onnxruntime to check the outputs against it)", markup=False)
+        return 0
+    ref = onnxruntime.InferenceSession(args.model, providers=["CPUExecutionProvider"]).run(None, x)
+    worst = max(float(np.max(np.abs(o - r)) / (np.max(np.abs(r)) or 1.0)) for o, r in zip(outputs, ref))
+    if worst > 1e-3:
+        raise TunekitError(f"{args.model}: the outputs differ from onnxruntime's (max error {worst:.2g} of the "
+                           "output's range)")
+    console.print(f"outputs match onnxruntime (max error {worst:.1e} of the output's range)", markup=False)
+    return 0
