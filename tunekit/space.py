@@ -254,12 +254,16 @@ class ConfigSpace(_Define):
 
     def default(self) -> int:
         """The index of the config to run untuned: the template's preferred values (`prefer`;
-        the first value of the other knobs) when that config is valid, else the first valid config."""
-        if self.preferred:
-            choices = [next((p for p, v in enumerate(k.values) if v == self.preferred[k.name]), 0)
-                       if k.name in self.preferred else 0 for k in self._knobs.values()]
-            if self.valid(index := self.index_of(choices)):
-                return index
+        the first value of the other knobs) when that config is valid, else of a seeded sample of
+        valid configs the one that keeps most of those values, else the first valid config."""
+        choices = [next((p for p, v in enumerate(k.values) if v == self.preferred[k.name]), 0)
+                   if k.name in self.preferred else 0 for k in self._knobs.values()]
+        if self.valid(index := self.index_of(choices)):
+            return index
+        # a scan from 0 can take minutes where tight constraints leave few valid configs
+        found = self.sample(random.Random(0), 64)
+        if found:
+            return max(found, key=lambda i: (sum(a == b for a, b in zip(self.choices(i), choices)), -i))
         return next(i for i in range(self.size) if self.valid(i))
 
     def fingerprint(self) -> str:

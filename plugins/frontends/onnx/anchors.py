@@ -134,7 +134,7 @@ class Anchors:
             return False
         # an Add fuses into the later of its two producers, so that the other operand is computed before it
         ins = n.input if n.op_type == "Add" else n.input[:1]
-        cands = [f for i in ins if isinstance(f := cv.made.get(i), Fused) and cv.uses.get(i, 0) == 1]
+        cands = [f for i in ins if isinstance(f := cv.made.get(i), Fused) and cv.consumers.get(i, 0) == 1]
         if not cands:
             return False
         f = max(cands, key=cv.items.index)

@@ -132,8 +132,9 @@ class _Converter:
             return self._alias(n)
         if n.op_type == "LSTM":
             return lower_lstm.expand(self, n)
-        if n.op_type not in LOWERINGS:
-            raise self.fail(n, "it has no te lowering")
+        if n.op_type not in LOWERINGS:   # an anchor's type, but not a form the anchor takes
+            raise self.fail(n, "only 2-D convolutions (of 4-D NCHW inputs) of constant weights" if n.op_type == "Conv"
+                            else "only 2-D pooling (of 4-D NCHW inputs)")
         attrs = attrs_of(n)
         for k, o in enumerate(n.output):
             if o and self.consumers.get(o):   # its inputs as named (an alias's shape is its own)
@@ -168,10 +169,13 @@ class _Converter:
                 continue
             node.inputs = [self.name(i) for i in node.inputs]
             nodes.append(node)
+        bounds = {self.name(it.inputs[1]): self.shapes[it.inputs[0]][it.attrs.get("axis", 0)]
+                  for it in self.items if isinstance(it, TeItem) and it.op_type == "Gather"
+                  and self.name(it.inputs[1]) in inputs}
         constants = {k: v.astype(np.uint8) if v.dtype == bool else v for k, v in self.consts.items()}
         shapes = {**self.shapes, **{name: shape for name, (shape, _) in inputs.items()}}
         return Graph(inputs, constants, nodes, [self.name(o) for o in outputs], shapes,
-                     [self.shapes[o] for o in outputs], views=self.views)
+                     [self.shapes[o] for o in outputs], views=self.views, input_bounds=bounds)
 
 
 class _Renamed:

@@ -150,18 +150,18 @@ def check_dtypes(g, path: str) -> None:
     fix = "export the model in float32 (in PyTorch: model.float() before torch.onnx.export)"
     for v in g.input:
         if v.name not in inits and types[v.name] != TensorProto.FLOAT and types[v.name] not in index:
-            raise ModelError(f"{path}: input {v.name!r} is {_dtype_name(types[v.name])}; tunekit takes float32 "
-                             f"data and int64/int32 indices (token ids, masks): {fix}")
+            raise ModelError(f"{path}: input {v.name!r} is {_dtype_name(types[v.name])}; {_ONLY}: {fix}")
     for v in g.output:
         if types[v.name] != TensorProto.FLOAT:
-            raise ModelError(f"{path}: output {v.name!r} is {_dtype_name(types[v.name])}; tunekit's models "
-                             f"return float32: {fix}")
+            raise ModelError(f"{path}: output {v.name!r} is {_dtype_name(types[v.name])}; {_ONLY}: {fix}")
     found = [(f"initializer {t.name!r}", t.data_type) for t in g.initializer]
     found += [(f"tensor {o!r} of {node_name(n)}", types[o]) for n in g.node for o in n.output if o in types]
     for what, elem_type in found:
         if elem_type not in ONNX_DTYPES or elem_type in (TensorProto.FLOAT16, TensorProto.DOUBLE):
-            raise ModelError(f"{path}: {what} is {_dtype_name(elem_type)}; tunekit runs float32 models (with "
-                             f"integer and bool tensors for indices and masks) only for now: {fix}")
+            raise ModelError(f"{path}: {what} is {_dtype_name(elem_type)}; {_ONLY}: {fix}")
+
+
+_ONLY = "tunekit runs float32 models only for now (int64/int32 inputs and tensors inside for indices and masks)"
 
 
 def _dtype_name(elem_type: int) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from tunekit import ir, te
 
-from .context import NodeContext, _ident
+from .context import NodeContext, ident
 
 
 def broadcast_shape(*shapes) -> tuple:
@@ -103,7 +103,7 @@ def reshape(cx: NodeContext) -> list[te.Tensor]:
             for d, v in zip(ri, _unravel(flat, [x.shape[d] for d in ri])):
                 idx[d] = v
         return x[tuple(idx)]
-    return [te.compute(shape, f, name=_ident(cx.name))]
+    return [te.compute(shape, f, name=ident(cx.name))]
 
 
 def transpose(cx: NodeContext) -> list[te.Tensor]:
@@ -112,7 +112,7 @@ def transpose(cx: NodeContext) -> list[te.Tensor]:
     if sorted(perm) != list(range(x.ndim)):
         raise cx.fail(f"perm {perm} is not a permutation of the {x.ndim} axes")
     inv = np.argsort(perm)
-    return [te.compute(cx.out_shapes[0], lambda *i: x[tuple(i[d] for d in inv)], name=_ident(cx.name))]
+    return [te.compute(cx.out_shapes[0], lambda *i: x[tuple(i[d] for d in inv)], name=ident(cx.name))]
 
 
 def concat(cx: NodeContext) -> list[te.Tensor]:
@@ -129,7 +129,7 @@ def concat(cx: NodeContext) -> list[te.Tensor]:
             load = x[i[:axis] + (i[axis] - offset,) + i[axis + 1:]]
             value = load if value is None else ir.select(i[axis] < offset + x.shape[axis], load, value)
         return value
-    return [te.compute(cx.out_shapes[0], f, name=_ident(cx.name))]
+    return [te.compute(cx.out_shapes[0], f, name=ident(cx.name))]
 
 
 def split(cx: NodeContext) -> list[te.Tensor]:
@@ -140,7 +140,7 @@ def split(cx: NodeContext) -> list[te.Tensor]:
     outs, offset = [], 0
     for k, shape in enumerate(cx.out_shapes):
         outs.append(te.compute(shape, lambda *i, o=offset: x[i[:axis] + (i[axis] + o,) + i[axis + 1:]],
-                               name=f"{_ident(cx.name)}_{k}"))
+                               name=f"{ident(cx.name)}_{k}"))
         offset += shape[axis]
     return outs
 
@@ -160,23 +160,23 @@ def slice_(cx: NodeContext) -> list[te.Tensor]:
         s = s + dim if s < 0 else s
         first[a], step[a] = min(max(s, 0), dim if st > 0 else dim - 1), st
     return [te.compute(cx.out_shapes[0], lambda *i: x[tuple(f + s * v for f, s, v in zip(first, step, i))],
-                       name=_ident(cx.name))]
+                       name=ident(cx.name))]
 
 
 def expand(cx: NodeContext) -> list[te.Tensor]:
     x, shape = cx.tensor(0), cx.out_shapes[0]
-    return [te.compute(shape, lambda *i: x[broadcast_index(x.shape, shape, i)], name=_ident(cx.name))]
+    return [te.compute(shape, lambda *i: x[broadcast_index(x.shape, shape, i)], name=ident(cx.name))]
 
 
 def tile(cx: NodeContext) -> list[te.Tensor]:
     x, shape = cx.tensor(0), cx.out_shapes[0]
     return [te.compute(shape, lambda *i: x[tuple(v if n == d else v % d for v, n, d in zip(i, shape, x.shape))],
-                       name=_ident(cx.name))]
+                       name=ident(cx.name))]
 
 
 def identity(cx: NodeContext) -> list[te.Tensor]:
     x = cx.tensor(0)
-    return [te.compute(x.shape, lambda *i: x[i], name=_ident(cx.name))]
+    return [te.compute(x.shape, lambda *i: x[i], name=ident(cx.name))]
 
 
 def _even(ind: np.ndarray, dim: int) -> tuple[int, int] | None:
@@ -209,7 +209,7 @@ def gather(cx: NodeContext) -> list[te.Tensor]:
             return ir.cast(indices[tuple(j)], ir.INDEX) % dim
     q = len(cx.shape(1))
     return [te.compute(cx.out_shapes[0], lambda *i: x[i[:axis] + (at(i[axis:axis + q]),) + i[axis + q:]],
-                       name=_ident(cx.name))]
+                       name=ident(cx.name))]
 
 
 def pad(cx: NodeContext) -> list[te.Tensor]:
@@ -240,7 +240,7 @@ def pad(cx: NodeContext) -> list[te.Tensor]:
                      ir.select(j < 0, -j, ir.select(j >= d, 2 * d - 2 - j, j)))
             idx.append(j)
         return te.if_then_else(te.all_(*inside), x[tuple(idx)], value)
-    return [te.compute(cx.out_shapes[0], f, name=_ident(cx.name))]
+    return [te.compute(cx.out_shapes[0], f, name=ident(cx.name))]
 
 
 LOWERINGS = {"Transpose": transpose, "Reshape": reshape, "Flatten": reshape, "Squeeze": reshape,

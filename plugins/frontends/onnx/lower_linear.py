@@ -11,7 +11,7 @@ import math
 
 from tunekit import ir, te
 
-from .context import NodeContext, _ident
+from .context import NodeContext, ident
 from .lower_layout import broadcast_index, broadcast_shape
 
 
@@ -32,7 +32,7 @@ def matmul(cx: NodeContext) -> list[te.Tensor]:
         ia = broadcast_index(a.shape[:-2], batch, i[:nb]) + m + (k,)
         ib = broadcast_index(b.shape[:-2], batch, i[:nb]) + (k,) + n
         return te.sum(a[ia] * b[ib], axis=k)
-    return [te.compute(cx.out_shapes[0], f, name=_ident(cx.name))]
+    return [te.compute(cx.out_shapes[0], f, name=ident(cx.name))]
 
 
 def _scaled(e, s):
@@ -44,7 +44,7 @@ def gemm(cx: NodeContext) -> list[te.Tensor]:
     ta, tb = cx.attr("transA", 0), cx.attr("transB", 0)
     alpha, beta = cx.attr("alpha", 1.0), cx.attr("beta", 1.0)
     c = cx.tensor(2) if cx.has(2) and beta != 0 else None
-    shape, name, plain = cx.out_shapes[0], _ident(cx.name), c is None and alpha == 1
+    shape, name, plain = cx.out_shapes[0], ident(cx.name), c is None and alpha == 1
     k = te.reduce_axis(a.shape[0 if ta else 1], "k")
     acc = te.compute(shape, lambda i, j: te.sum(a[(k, i) if ta else (i, k)] * b[(j, k) if tb else (k, j)], axis=k),
                      name=name if plain else f"{name}_acc")
@@ -92,7 +92,7 @@ def conv_transpose(cx: NodeContext) -> list[te.Tensor]:
     rc = te.reduce_axis(cin, "rc")
     rt = [te.reduce_axis(-(-K // (s // math.gcd(s, d))), f"r{k}") for k, (K, s, d) in
           enumerate(zip(kernel, strides, dils))]
-    name = _ident(cx.name)
+    name = ident(cx.name)
 
     def f(n, co, *o):
         i, kk, guards = zip(*(_taps(v + p, t, size, K, s, d) for v, t, size, K, s, d, p in

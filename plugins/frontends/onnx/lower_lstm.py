@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tunekit import te
+from tunekit import ir, te
 from tunekit.graph import Node
 
 from .anchors import Fused
@@ -38,7 +38,7 @@ def step_tensors(B: int, H: int) -> list[te.Tensor]:
     cell = te.compute((B, H), lambda b, j: _sigmoid(gate(b, j, 2)) * state[1, b, j]
                       + _sigmoid(gate(b, j, 0)) * te.tanh(gate(b, j, 3)), name="cell")
     out = te.compute((2, B, H), lambda q, b, j: te.if_then_else(
-        q == 0, _sigmoid(gate(b, j, 1)) * te.tanh(cell[b, j]), cell[b, j]), name="lstm_state")
+        ir.eq(q, 0), _sigmoid(gate(b, j, 1)) * te.tanh(cell[b, j]), cell[b, j]), name="lstm_state")
     return [proj, state, rec, out]
 
 

@@ -185,8 +185,10 @@ def load(cg, e: ir.Load) -> ll.Value:
         ptr = cg.element_ptr(e.buffer, cg.index(e.index))
         return cg.from_mem(b.load(ptr, typ=ety, align=align), e.dtype)
     zero = ll.Constant(vt, None)
-    if lc is not None and lc[0] == 1:
-        ptr = cg.element_ptr(e.buffer, cg.index(lc[1]))
+    # the start of a contiguous run; a vector if it is read under a mask (a load's address): then a gather
+    start = cg.index(lc[1]) if lc is not None and lc[0] == 1 else None
+    if start is not None and not isinstance(start.type, ll.VectorType):
+        ptr = cg.element_ptr(e.buffer, start)
         if lane.mask is None:
             v = b.load(ptr, typ=vt, align=align)
         else:
