@@ -171,7 +171,7 @@ class CompiledModel:
             for name in node.inputs:
                 last[g.base(name)] = k
         # the weights the nodes read (a frontend or layout pass may leave replaced ones in the graph)
-        consts = {name: _aligned(g.constants[name]) for name in last if name in g.constants}
+        consts = {name: _aligned(g.constants[name]) for name in [*last, *g.outputs] if name in g.constants}
         self.weight_bytes = sum(a.nbytes for a in consts.values())
         free: list[np.ndarray] = []        # bytes past their last reader, the most recently freed last
         raw: dict[str, np.ndarray] = {}     # tensor -> the bytes it lives at the start of

@@ -136,8 +136,11 @@ class _Converter:
             raise self.fail(n, "only 2-D convolutions (of 4-D NCHW inputs) of constant weights" if n.op_type == "Conv"
                             else "only 2-D pooling (of 4-D NCHW inputs)")
         attrs = attrs_of(n)
+        used = [k for k, o in enumerate(n.output) if o and self.consumers.get(o)]
+        for i in set(n._node.input) if len(used) > 1 else ():   # one item per output: each reads the inputs
+            self.consumers[i] += len(used) - 1
         for k, o in enumerate(n.output):
-            if o and self.consumers.get(o):   # its inputs as named (an alias's shape is its own)
+            if k in used:   # its inputs as named (an alias's shape is its own)
                 item = TeItem(n.op_type, n.name or n.output[0], attrs, list(n._node.input), list(n.output), k,
                               LOWERINGS[n.op_type], KINDS[n.op_type])
                 self.add_item(item, o, self.shapes[o], self.dtypes[o])

@@ -1,0 +1,222 @@
+"""General ONNX graphs through `tunekit.compile_model`, against onnxruntime: every node type
+the frontend lowers to te compiles inside a whole model; the fusion pass groups what it
+should (a chain after a contraction, elementwise producers into a reduction, a Transpose
+into a MatMul's indexing); constants and shape arithmetic fold at load; integer inputs;
+views (an LSTM's steps)."""
+from __future__ import annotations
+
+import platform
+import warnings
+
+import numpy as np
+import pytest
+
+import tunekit
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("llvmlite")
+pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(3)
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def save(tmp_path, nodes, inputs, outputs, inits=(), opset=17):
+    """Write a model of `nodes`; `inputs`/`outputs`: name -> (shape, element type)."""
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, t, s) for k, (s, t) in inputs.items()],
+                              [helper.make_tensor_value_info(k, t, s) for k, (s, t) in outputs.items()],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def feeds_of(inputs):
+    return {k: RNG.integers(0, 5, s).astype(np.int64) if t == I64 else RNG.standard_normal(s).astype(np.float32)
+            for k, (s, t) in inputs.items()}
+
+
+def check(path, feeds, rtol=1e-4):
+    """Compile `path`, run it on `feeds` by name and positionally, compare with onnxruntime; the net."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # no records: default configs
+        net = tunekit.compile_model(path)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for got in (net(**feeds), net(*feeds.values())):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * max(np.abs(w).max(), 1e-6))
+    return net
+
+
+def groups(net) -> list[str]:
+    return [n.kind for n in net.graph.nodes]
+
+
+def c(value, dtype=np.float32):
+    return np.asarray(value, dtype)
+
+
+# --- every lowered node type inside a model -----------------------------------------------------------------
+
+X = {"x": ([2, 3, 4], F)}
+UNARY = ["Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Relu", "Neg", "Abs"]
+
+
+def test_elementwise_nodes_compile_in_one_model(tmp_path):
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Add", ["a", "one"], ["p"])]   # p > 0
+    outs = {}
+    for op in UNARY:
+        nodes.append(helper.make_node(op, ["p"], [op]))
+        outs[op] = ([2, 3, 4], F)
+    nodes += [helper.make_node("LeakyRelu", ["x"], ["leaky"], alpha=0.2),
+              helper.make_node("Clip", ["x", "lo", ""], ["clip"]),
+              helper.make_node("Pow", ["p", "two"], ["pow"]),
+              helper.make_node("Div", ["x", "p"], ["div"]), helper.make_node("Sub", ["x", "row"], ["sub"]),
+              helper.make_node("Mul", ["x", "row"], ["mul"]),
+              helper.make_node("Less", ["x", "row"], ["less"]), helper.make_node("Not", ["less"], ["more"]),
+              helper.make_node("Where", ["more", "x", "row"], ["where"]),
+              helper.make_node("Cast", ["less"], ["cast"], to=F),
+              helper.make_node("Equal", ["x", "x"], ["eq"]), helper.make_node("Cast", ["eq"], ["eqf"], to=F),
+              helper.make_node("Greater", ["x", "zero"], ["gt"]), helper.make_node("Cast", ["gt"], ["gti"], to=I64),
+              helper.make_node("Cast", ["gti"], ["gtf"], to=F),
+              helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"])]
+    outs.update({k: ([2, 3, 4], F) for k in ["leaky", "clip", "pow", "div", "sub", "mul", "where", "cast", "eqf",
+                                             "gtf", "bn"]})
+    inits = {"one": c(1.0), "lo": c(-0.5), "two": c(2.0), "zero": c(0.0), "row": c(RNG.standard_normal(4)),
+             "s": c(RNG.uniform(0.5, 1, 3)), "b": c(RNG.standard_normal(3)), "m": c(RNG.standard_normal(3)),
+             "v": c(RNG.uniform(0.5, 1, 3))}
+    check(save(tmp_path, nodes, X, outs, inits), feeds_of(X))
+
+
+def test_reductions_and_normalizations_compile(tmp_path):
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1], keepdims=1),
+             helper.make_node("ReduceSum", ["x", "axes"], ["sum"], keepdims=0),
+             helper.make_node("ReduceMax", ["x"], ["max"], axes=[1], keepdims=0),
+             helper.make_node("Softmax", ["x"], ["soft"], axis=-1),
+             helper.make_node("LogSoftmax", ["x"], ["logsoft"], axis=1),
+             helper.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], axis=-1, epsilon=1e-5)]
+    outs = {"mean": ([2, 3, 1], F), "sum": ([2, 3], F), "max": ([2, 4], F), "soft": ([2, 3, 4], F),
+            "logsoft": ([2, 3, 4], F), "ln": ([2, 3, 4], F)}
+    inits = {"axes": c([2], np.int64), "g": c(RNG.standard_normal(4)), "b": c(RNG.standard_normal(4))}
+    check(save(tmp_path, nodes, X, outs, inits), feeds_of(X))
+
+
+def test_layout_nodes_compile(tmp_path):
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]),
+             helper.make_node("Reshape", ["t", "shape"], ["r"]),
+             helper.make_node("Relu", ["r"], ["rr"]),
+             helper.make_node("Flatten", ["x"], ["f"], axis=2), helper.make_node("Exp", ["f"], ["fe"]),
+             helper.make_node("Unsqueeze", ["x", "ax0"], ["u"]), helper.make_node("Squeeze", ["u", "ax0"], ["sq"]),
+             helper.make_node("Neg", ["sq"], ["sqn"]),
+             helper.make_node("Concat", ["x", "x", "x"], ["cat"], axis=-1),
+             helper.make_node("Split", ["cat", "parts"], ["s0", "s1"], axis=2),
+             helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["sl"]),
+             helper.make_node("Expand", ["col", "eshape"], ["ex"]),
+             helper.make_node("Gather", ["x", "idx"], ["ga"], axis=1),
+             helper.make_node("Pad", ["x", "pads", "pv"], ["pad"], mode="constant")]
+    outs = {"rr": ([4, 6], F), "fe": ([6, 4], F), "sqn": ([2, 3, 4], F), "s0": ([2, 3, 5], F), "s1": ([2, 3, 7], F),
+            "sl": ([2, 3, 2], F), "ex": ([2, 3, 4], F), "ga": ([2, 2, 2, 4], F), "pad": ([2, 5, 4], F)}
+    inits = {"shape": c([4, -1], np.int64), "ax0": c([0], np.int64), "parts": c([5, 7], np.int64),
+             "starts": c([-1], np.int64), "ends": c([-2**63], np.int64), "axes": c([2], np.int64),
+             "steps": c([-2], np.int64), "col": c(RNG.standard_normal((3, 1))), "eshape": c([2, 3, 4], np.int64),
+             "idx": c([[0, 2], [-1, 1]], np.int64), "pads": c([0, 1, 0, 0, 1, 0], np.int64), "pv": c(0.5)}
+    check(save(tmp_path, nodes, X, outs, inits), feeds_of(X))
+
+
+def test_matmul_gemm_and_conv_transpose_compile(tmp_path):
+    inputs = {"a": ([2, 1, 3, 4], F), "b": ([5, 4, 6], F), "z": ([1, 8, 3, 3], F)}
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["mm"]),
+             helper.make_node("Gemm", ["g2", "g2", "gc"], ["gemm"], transA=1, alpha=0.5, beta=2.0),
+             helper.make_node("ConvTranspose", ["z", "wt", "bt"], ["ct"], strides=[2, 2], pads=[1, 1, 1, 1])]
+    inputs["g2"] = ([3, 3], F)
+    outs = {"mm": ([2, 5, 3, 6], F), "gemm": ([3, 3], F), "ct": ([1, 4, 6, 6], F)}
+    inits = {"gc": c(RNG.standard_normal(3)), "wt": c(RNG.standard_normal((8, 4, 4, 4)) * 0.3),
+             "bt": c(RNG.standard_normal(4))}
+    check(save(tmp_path, nodes, inputs, outs, inits), feeds_of(inputs))
+
+
+# --- fusion ---------------------------------------------------------------------------------------------------
+
+def test_a_gelu_chain_fuses_into_the_matmul_that_produces_it(tmp_path):
+    inputs = {"x": ([4, 8], F), "y": ([8, 16], F)}
+    nodes = [helper.make_node("MatMul", ["x", "y"], ["mm"]), helper.make_node("Add", ["mm", "bias"], ["h"]),
+             helper.make_node("Div", ["h", "sqrt2"], ["hs"]), helper.make_node("Erf", ["hs"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["he"]),
+             helper.make_node("Mul", ["he", "half"], ["out"])]
+    inits = {"bias": c(RNG.standard_normal(16)), "sqrt2": c(np.sqrt(2)), "one": c(1.0), "half": c(0.5)}
+    net = check(save(tmp_path, nodes, inputs, {"out": ([4, 16], F)}, inits), feeds_of(inputs))
+    # h is read twice (by Div and Mul): the matmul + bias is one kernel, the GELU after it another
+    assert groups(net) == ["MatMul+Add", "Div+Erf+Add+Mul"]
+
+
+def test_a_transpose_feeding_a_matmul_is_its_indexing_and_the_scale_and_mask_its_output_stage(tmp_path):
+    inputs = {"q": ([2, 8, 4], F), "k": ([2, 8, 4], F)}
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Add", ["ss", "mask"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1)]
+    inits = {"scale": c(0.5), "mask": c(np.triu(np.full((8, 8), -1e4), 1))}
+    net = check(save(tmp_path, nodes, inputs, {"p": ([2, 8, 8], F)}, inits), feeds_of(inputs))
+    assert groups(net) == ["Transpose+MatMul+Mul+Add", "Softmax"]   # one reduction per kernel
+
+
+def test_a_residual_add_fuses_into_the_layer_norm_after_it(tmp_path):
+    inputs = {"x": ([4, 16], F), "r": ([4, 16], F)}
+    nodes = [helper.make_node("Add", ["x", "r"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1)]
+    inits = {"g": c(RNG.standard_normal(16)), "b": c(RNG.standard_normal(16))}
+    net = check(save(tmp_path, nodes, inputs, {"y": ([4, 16], F)}, inits), feeds_of(inputs))
+    assert groups(net) == ["Add+LayerNormalization"]
+
+
+def test_a_conv_keeps_its_hand_epilogue_and_a_residual_computed_after_it_is_not_fused(tmp_path):
+    inputs = {"x": ([1, 4, 6, 6], F)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["x"], ["g"]),   # computed after the conv in the file's order
+             helper.make_node("Add", ["c", "g"], ["y"])]
+    inits = {"w": c(RNG.standard_normal((4, 4, 3, 3)) * 0.3)}
+    net = check(save(tmp_path, nodes, inputs, {"y": ([1, 4, 6, 6], F)}, inits), feeds_of(inputs))
+    assert [n.op for n in net.graph.nodes][0] == "conv2d" and not net.graph.nodes[0].args["residual"]
+
+
+# --- folding, integer inputs -----------------------------------------------------------------------------------
+
+def test_shape_arithmetic_folds_and_a_token_input_gathers_an_embedding(tmp_path):
+    """An exporter's Shape -> Gather -> Unsqueeze -> Concat -> Reshape chain, ConstantOfShape and
+    Range fold at load; token ids (int64) index a constant embedding; two inputs of two dtypes."""
+    inputs = {"ids": ([3, 5], I64), "x": ([3, 5, 8], F)}
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"]),                          # [3, 5, 8]
+             helper.make_node("Shape", ["e"], ["shp"]), helper.make_node("Gather", ["shp", "zero"], ["n"]),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["xr"]),                         # [3, 40]
+             helper.make_node("Reshape", ["e", "shape"], ["er"]),
+             helper.make_node("ConstantOfShape", ["shape2"], ["ones"], value=numpy_helper.from_array(c([1.0]))),
+             helper.make_node("Range", ["r0", "r40", "r1"], ["rng"]),
+             helper.make_node("Cast", ["rng"], ["rngf"], to=F),
+             helper.make_node("Add", ["xr", "er"], ["s"]), helper.make_node("Mul", ["s", "ones"], ["sm"]),
+             helper.make_node("Add", ["sm", "rngf"], ["y"])]
+    inits = {"emb": c(RNG.standard_normal((7, 8))), "zero": c(0, np.int64), "ax0": c([0], np.int64),
+             "minus1": c([-1], np.int64), "shape2": c([3, 40], np.int64), "r0": c(0, np.int64),
+             "r40": c(40, np.int64), "r1": c(1, np.int64)}
+    path = save(tmp_path, nodes, inputs, {"y": ([3, 40], F)}, inits)
+    graph = tunekit.deploy.network.load_graph(path)
+    assert graph.inputs == {"ids": ((3, 5), "int64"), "x": ((3, 5, 8), "float32")}
+    assert graph.input_bounds == {"ids": 7}
+    check(path, feeds_of(inputs))
+
+
+# --- the LSTM ---------------------------------------------------------------------------------------------------
+
+def test_an_lstm_runs_as_one_projection_and_one_step_task_through_views(tmp_path):
+    T, B, I, H = 5, 2, 6, 4
+    inputs = {"x": ([T, B, I], F)}
+    w, r = RNG.standard_normal((1, 4 * H, I)) * 0.5, RNG.standard_normal((1, 4 * H, H)) * 0.5
+    inits = {"W": c(w), "R": c(r), "B": c(RNG.standard_normal((1, 8 * H))), "h0": c(RNG.standard_normal((1, B, H))),
+             "c0": c(RNG.standard_normal((1, B, H)))}
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=H)]
+    outs = {"y": ([T, 1, B, H], F), "yh": ([1, B, H], F), "yc": ([1, B, H], F)}
+    net = check(save(tmp_path, nodes, inputs, outs, inits), feeds_of(inputs))
+    tasks = tunekit.deploy.network.graph_tasks(net.graph)
+    assert [(t.op.name, n) for t, n in tasks][:2] == [("dense", 1), ("onnx_lstm_step", T)]
