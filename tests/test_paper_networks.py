@@ -56,3 +56,18 @@ def test_the_dcgan_batchnorms_have_running_statistics_to_fold():
 def test_there_is_no_onnx_helper_writer_for_them(tmp_path):
     with pytest.raises(ValueError, match="only 'torch'"):
         networks.dqn(str(tmp_path / "dqn.onnx"), exporter="onnx")
+
+
+@pytest.mark.parametrize("net", list(IO))
+def test_tunekit_compiles_the_network_and_matches_onnxruntime(tmp_path, net):
+    import warnings
+
+    import tunekit
+    path = getattr(networks, net)(str(tmp_path / f"{net}.onnx"))
+    feeds = networks.inputs(net, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # no records: every kernel a default config
+        model = tunekit.compile_model(path, target="x86")
+    (got,) = model(**feeds)
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.ptp(want))
