@@ -113,7 +113,8 @@ def test_a_partly_tuned_model_warns_about_its_fallback_kernels(tmp_path):
 
 def test_unsupported_nodes_are_named_all_at_once(tmp_path):
     nodes = [conv("x", "c", "w"), helper.make_node("Hardmax", ["c"], ["s"], name="hard1", axis=1),
-             helper.make_node("Softsign", ["s"], ["g"], name="gate"), helper.make_node("Sign", ["g"], ["y"], name="sign")]
+             helper.make_node("Softsign", ["s"], ["g"], name="gate"),
+             helper.make_node("Sign", ["g"], ["y"], name="sign")]
     path = model(tmp_path / "m.onnx", nodes, [weight("w", 4, 3, 3, 3)], [1, 3, 8, 8], [1, 4, 8, 8])
     with pytest.raises(ModelError, match=r"m.onnx: 3 node\(s\) of types tunekit does not read \(opset \d+\): "
                                          r"'hard1' \(Hardmax\); 'gate' \(Softsign\); 'sign' \(Sign\) \(supported: "

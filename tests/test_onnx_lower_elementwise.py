@@ -8,17 +8,17 @@ import platform
 
 import numpy as np
 import pytest
-
-import tunekit
-from tunekit import te
-from tunekit.errors import ModelError
-from tunekit.te.tensor import PlaceholderOp
 from tunekit_plugins.frontends.onnx.context import NodeContext
 from tunekit_plugins.frontends.onnx.lower_elementwise import KINDS as EW_KINDS
 from tunekit_plugins.frontends.onnx.lower_elementwise import LOWERINGS as EW
 from tunekit_plugins.frontends.onnx.lower_elementwise import broadcast_load, erf
 from tunekit_plugins.frontends.onnx.lower_reduce import KINDS as RED_KINDS
 from tunekit_plugins.frontends.onnx.lower_reduce import LOWERINGS as RED
+
+import tunekit
+from tunekit import te
+from tunekit.errors import ModelError
+from tunekit.te.tensor import PlaceholderOp
 
 onnx = pytest.importorskip("onnx")
 from onnx import helper, numpy_helper  # noqa: E402

@@ -16,7 +16,6 @@ from tunekit.errors import ModelError
 onnx = pytest.importorskip("onnx")
 from onnx import helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-
 from tunekit_plugins.frontends.onnx.context import NodeContext  # noqa: E402
 from tunekit_plugins.frontends.onnx.lower_layout import LOWERINGS as LAYOUT  # noqa: E402
 from tunekit_plugins.frontends.onnx.lower_layout import broadcast_index, broadcast_shape  # noqa: E402

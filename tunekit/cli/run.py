@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import warnings
 
@@ -46,7 +47,7 @@ def run_model(args: argparse.Namespace, console, table) -> int:
         warnings.simplefilter("always")
         net = compile_model(args.model, args.target, args.database)
     for w in said:
-        print(f"warning: {w.message}")
+        print(f"warning: {w.message}", file=sys.stderr)
     x = feeds(net, args.input or [], args.model)
     outputs = net(**x)
     times = []
