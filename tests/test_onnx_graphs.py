@@ -170,6 +170,18 @@ def test_a_residual_add_fuses_into_the_layer_norm_after_it(tmp_path):
     assert groups(net) == ["Add+LayerNormalization"]
 
 
+def test_a_strided_conv_transpose_is_a_convolution_per_phase_and_a_batchnorm_folds_into_it(tmp_path):
+    inputs = {"z": ([1, 8, 4, 4], F)}
+    nodes = [helper.make_node("ConvTranspose", ["z", "w"], ["t"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["t", "s", "b", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inits = {"w": c(RNG.standard_normal((8, 4, 4, 4)) * 0.3), "s": c(RNG.uniform(0.5, 1, 4)),
+             "b": c(RNG.standard_normal(4)), "m": c(RNG.standard_normal(4)), "v": c(RNG.uniform(0.5, 1.5, 4))}
+    net = check(save(tmp_path, nodes, inputs, {"y": ([1, 4, 8, 8], F)}, inits), feeds_of(inputs))
+    # four phase kernels (stride 2 x 2), then the interleave with the BatchNorm's scale and shift and the ReLU
+    assert groups(net) == ["ConvTranspose"] * 4 + ["ConvTranspose+Relu"]
+
+
 def test_a_conv_keeps_its_hand_epilogue_and_a_residual_computed_after_it_is_not_fused(tmp_path):
     inputs = {"x": ([1, 4, 6, 6], F)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
@@ -220,3 +232,14 @@ def test_an_lstm_runs_as_one_projection_and_one_step_task_through_views(tmp_path
     net = check(save(tmp_path, nodes, inputs, outs, inits), feeds_of(inputs))
     tasks = tunekit.deploy.network.graph_tasks(net.graph)
     assert [(t.op.name, n) for t, n in tasks][:2] == [("dense", 1), ("onnx_lstm_step", T)]
+
+
+@pytest.mark.parametrize("attrs, w_shape, z_shape, out_shape", [
+    (dict(strides=[3, 2], pads=[1, 0, 2, 1], output_padding=[1, 1]), (3, 2, 4, 3), (1, 3, 5, 4), (1, 2, 14, 9)),
+    (dict(strides=[1, 1], pads=[1, 1, 1, 1]), (3, 2, 3, 3), (1, 3, 5, 4), (1, 2, 5, 4)),
+    (dict(strides=[4, 4]), (2, 3, 2, 2), (1, 2, 3, 3), (1, 3, 10, 10))])   # taps shorter than the stride: zeros
+def test_conv_transpose_phases_on_odd_shapes(tmp_path, attrs, w_shape, z_shape, out_shape):
+    inputs = {"z": (list(z_shape), F)}
+    nodes = [helper.make_node("ConvTranspose", ["z", "w", "b"], ["y"], **attrs)]
+    inits = {"w": c(RNG.standard_normal(w_shape)), "b": c(RNG.standard_normal(w_shape[1]))}
+    check(save(tmp_path, nodes, inputs, {"y": (list(out_shape), F)}, inits), feeds_of(inputs))

@@ -94,10 +94,17 @@ class Anchors:
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
         if bias is not None and (bias not in cv.consts or cv.consts[bias].size != weight.shape[0]):
             return None
-        args = dict(M=M, N=weight.shape[0], K=K, dtype="float32", activation="none")
-        transposed = n.op_type == "Gemm" and a.get("transB", 0)
-        return Fused("dense", args, x, w if transposed else cv.const(w + "/t", weight),
-                     cv.const(bias + "/flat", cv.consts[bias].reshape(-1)) if bias else None, n.output[0], n)
+        return self.linear(n, x, M, w, weight, cv.const(bias + "/flat", cv.consts[bias].reshape(-1)) if bias else None,
+                           n.output[0])
+
+    def linear(self, n, x: str, M: int, name: str, weight: np.ndarray, bias: str | None, out: str) -> Fused:
+        """x [M, K] times constant `weight` [N, K] (named `name`): a dense, or from 16 rows on a
+        matmul of the weight stored [K, N] (its templates vectorize along N and tile the rows)."""
+        N, K = weight.shape
+        args = dict(M=M, N=N, K=K, dtype="float32", activation="none")
+        if M >= 16:
+            return Fused("matmul", args, x, self.cv.const(name + "/kn", weight.T), bias, out, n)
+        return Fused("dense", args, x, self.cv.const(name + "/nk", weight), bias, out, n)
 
     def _pool_args(self, n, a: dict) -> dict:
         N, C, H, W = self.cv.shapes[n.input[0]]

@@ -15,7 +15,7 @@ from tunekit import te
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node
 
-from . import lower_lstm
+from . import lower_conv_transpose, lower_lstm
 from .anchors import Anchors
 from .context import ONNX_DTYPES, attrs_of
 from .fuse import RESHAPES, TeItem, fuse, group_name, group_tensors
@@ -126,12 +126,14 @@ class _Converter:
     def _add(self, n) -> None:
         if n.op_type in ANCHORS and (item := self.anchors.make(n)) is not None:
             return self.add_item(item, n.output[0], self.shapes[n.output[0]], "float32")
-        if self.anchors.epilogue(n):
+        if self.anchors.epilogue(n) or self._fold_batchnorm(n):
             return
         if n.op_type in RESHAPES and not isinstance(self.made.get(n.input[0]), TeItem):
             return self._alias(n)
         if n.op_type == "LSTM":
             return lower_lstm.expand(self, n)
+        if n.op_type == "ConvTranspose" and lower_conv_transpose.applies(self, n):
+            return lower_conv_transpose.expand(self, n)
         if n.op_type not in LOWERINGS:   # an anchor's type, but not a form the anchor takes
             raise self.fail(n, "only 2-D convolutions (of 4-D NCHW inputs) of constant weights" if n.op_type == "Conv"
                             else "only 2-D pooling (of 4-D NCHW inputs)")
@@ -144,6 +146,23 @@ class _Converter:
                 item = TeItem(n.op_type, n.name or n.output[0], attrs, list(n._node.input), list(n.output), k,
                               LOWERINGS[n.op_type], KINDS[n.op_type])
                 self.add_item(item, o, self.shapes[o], self.dtypes[o])
+
+    def _fold_batchnorm(self, n) -> bool:
+        """Fold a BatchNormalization of constants into the per-channel scale and shift of the
+        transposed convolution whose output it alone reads (`lower_conv_transpose`)."""
+        p = self.made.get(n.input[0]) if n.op_type == "BatchNormalization" else None
+        if not (isinstance(p, TeItem) and p.fn is lower_conv_transpose.interleave
+                and self.consumers.get(p.output) == 1 and all(i in self.consts for i in n.input[1:5])):
+            return False
+        scale, shift, mean, var = (self.consts[i].astype(np.float64) for i in n.input[1:5])
+        k = scale / np.sqrt(var + attrs_of(n).get("epsilon", 1e-5))
+        old_scale, old_shift = (self.consts[i].astype(np.float64) for i in p.inputs[-2:])
+        p.inputs[-2:] = [self.const(f"{n.output[0]}/scale", old_scale * k),
+                         self.const(f"{n.output[0]}/shift", (old_shift - mean) * k + shift)]
+        del self.made[p.output]
+        p.outputs, p.output = [n.output[0]], n.output[0]
+        self.made[p.output] = p
+        return True
 
     def _alias(self, n) -> None:
         """`n`'s output is its input's bytes (exporters emit Identity nodes for shared initializers)."""

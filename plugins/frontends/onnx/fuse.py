@@ -37,6 +37,16 @@ class TeItem:
         return sum(m.kind != "injective" for m in self.members)
 
 
+class Fixed:
+    """An item that is one prebuilt graph node (an LSTM step, a transposed convolution's phase)."""
+
+    def __init__(self, node):
+        self._node, self.output = node, node.output
+
+    def node(self):
+        return self._node
+
+
 def _joins(producer: TeItem, consumer: TeItem) -> bool:
     if consumer.kind == "injective":
         return producer.heavy() + consumer.root.heavy() <= 1

@@ -1,7 +1,7 @@
 """The ONNX LSTM node (forward, default activations) as kernels:
 
-- the input projection of every step at once: one dense of [T*B, I] x [4H, I]^T with the
-  two biases summed (a hand-template op, tuned like any Gemm);
+- the input projection of every step at once: one dense (or matmul) of [T*B, I] x [4H, I]^T
+  with the two biases summed (a hand-template op, tuned like any Gemm);
 - one fused kernel per step: the recurrent dense [B, H] x [4H, H]^T plus the gates
   (sigmoid, tanh, the cell and hidden updates), reading its slice of the projection and
   the previous state in place and writing its state ([h; c], [2, B, H]) into one tensor of
@@ -16,9 +16,8 @@ import numpy as np
 from tunekit import ir, te
 from tunekit.graph import Node
 
-from .anchors import Fused
 from .context import attrs_of, ident
-from .fuse import TeItem
+from .fuse import Fixed, TeItem
 
 
 def _sigmoid(x):
@@ -62,8 +61,7 @@ def expand(cv, n) -> None:
     b = cv.consts[bias].reshape(2, 4 * H).sum(0) if bias else np.zeros(4 * H, np.float32)
     tag = ident(n.name or n.output[0])
     proj = f"{tag}/projection"
-    f = Fused("dense", dict(M=T * B, N=4 * H, K=I, dtype="float32", activation="none"), x,
-              cv.const(f"{tag}/W", cv.consts[w][0]), cv.const(f"{tag}/B", b), proj, n)
+    f = cv.anchors.linear(n, x, T * B, f"{tag}/W", cv.consts[w][0], cv.const(f"{tag}/B", b), proj)
     cv.add_item(f, proj, (T * B, 4 * H), "float32")
     zeros = np.zeros((B, H), np.float32)
     init = cv.const(f"{tag}/initial_state", np.stack([cv.consts[h0][0] if h0 else zeros,
@@ -79,7 +77,7 @@ def expand(cv, n) -> None:
         cv.shapes[out] = (2, B, H)
         node = Node("onnx_lstm_step", {}, [view, prev, rec], out, f"{n.name or tag} step {t}", "LSTM",
                     computation=data)
-        cv.add_item(_Fixed(node), out, (2, B, H), "float32")
+        cv.add_item(Fixed(node), out, (2, B, H), "float32")
         prev = out
     readers = {0: lambda s: te.compute((T, 1, B, H), lambda t, d, bb, j: s[t, 0, bb, j], name=f"{tag}_y"),
                1: lambda s: te.compute((1, B, H), lambda d, bb, j: s[T - 1, 0, bb, j], name=f"{tag}_y_h"),
@@ -90,12 +88,3 @@ def expand(cv, n) -> None:
                           "injective")
             cv.add_item(item, o, cv.shapes[o], "float32")
 
-
-class _Fixed:
-    """An item that is one prebuilt node."""
-
-    def __init__(self, node: Node):
-        self._node, self.output = node, node.output
-
-    def node(self) -> Node:
-        return self._node

@@ -1,0 +1,104 @@
+"""A 2-D ConvTranspose of constant weights (group 1, dilation 1) as stride^2 ordinary
+convolutions, one per output phase, and an interleave.
+
+Output row oh = q*s + r (phase r) gets the taps kh = c_r + s*a (c_r = (r + pad) mod s) from
+input rows q + d_r - a: a dense convolution over the input with a sub-kernel of the weights,
+no zeros multiplied and no division in its indexing (the generic lowering's gather form is
+left with a floor division per load, which keeps its loops from vectors). Each phase is its
+own kernel (a computation tuned through `auto`; phases of equal offsets share a task); the
+interleave that writes them into the output is a te node, with the bias and a folded
+BatchNormalization as its per-channel scale and shift, and fuses the ReLU/Tanh after it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tunekit import ir, te
+from tunekit.graph import Node
+
+from .context import attrs_of, ident
+from .fuse import Fixed, TeItem
+
+
+def applies(cv, n) -> bool:
+    """Whether ConvTranspose node `n` takes this form (else the generic te lowering)."""
+    a = attrs_of(n)
+    return (n.input[1] in cv.consts and len(cv.shapes[n.input[0]]) == 4 and a.get("group", 1) == 1
+            and set(a.get("dilations", [1, 1])) == {1} and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+            and "output_shape" not in a and (len(n.input) < 3 or not n.input[2] or n.input[2] in cv.consts))
+
+
+def _axis(size: int, out: int, k: int, s: int, pad: int, r: int) -> tuple[int, int, int]:
+    """Phase r along one axis: (outputs q, taps A, input offset of tap 0 at q = 0 after flipping)."""
+    c = (r + pad) % s
+    taps = -(-(k - c) // s) if k > c else 0
+    d = (r + pad - c) // s
+    return -(-(out - r) // s), taps, d - taps + 1
+
+
+def phase_tensors(N, C, H, W, K, Q, P, A, B, off_h, off_w) -> list[te.Tensor]:
+    """out[n, k, q, p] = sum x[n, c, q + off_h + a, p + off_w + b] * w[k, c, a, b], zero outside x."""
+    x = te.placeholder((N, C, H, W), "data")
+    w = te.placeholder((K, C, A, B), "weight")
+    lo_h, lo_w = max(0, -off_h), max(0, -off_w)
+    hp, wp = max(H + lo_h, Q + off_h + lo_h + A - 1), max(W + lo_w, P + off_w + lo_w + B - 1)
+    pad = te.compute((N, C, hp, wp), lambda n, c, i, j: te.if_then_else(
+        te.all_(i >= lo_h, i < H + lo_h, j >= lo_w, j < W + lo_w), x[n, c, i - lo_h, j - lo_w], 0.0), name="pad")
+    rc, ra, rb = te.reduce_axis(C, "rc"), te.reduce_axis(A, "ra"), te.reduce_axis(B, "rb")
+    out = te.compute((N, K, Q, P), lambda n, k, q, p: te.sum(
+        pad[n, rc, q + off_h + lo_h + ra, p + off_w + lo_w + rb] * w[k, rc, ra, rb], axis=[rc, ra, rb]),
+        name="phase")
+    return [x, w, out]
+
+
+def expand(cv, n) -> None:
+    """Add the phase kernels and the interleave of ConvTranspose node `n` to converter `cv`."""
+    a = attrs_of(n)
+    x, w = n.input[0], cv.consts[n.input[1]]   # [C, K, kh, kw]
+    N, C, H, W = cv.shapes[x]
+    K, kh, kw = w.shape[1:]
+    sh, sw = a.get("strides", [1, 1])
+    pt, pl = a.get("pads", [0, 0, 0, 0])[:2]
+    Ho, Wo = cv.shapes[n.output[0]][2:]
+    tag = ident(n.name or n.output[0])
+    phases = []
+    for rh in range(sh):
+        for rw in range(sw):
+            Q, A, oh = _axis(H, Ho, kh, sh, pt, rh)
+            P, B, ow = _axis(W, Wo, kw, sw, pl, rw)
+            name = f"{tag}/phase{rh}{rw}"
+            if min(Q, P) <= 0 or min(A, B) <= 0:   # no output, or no tap reaches it (zeros)
+                cv.consts[name] = np.zeros((N, K, max(Q, 0), max(P, 0)), np.float32)
+                cv.shapes[name] = cv.consts[name].shape
+                phases.append(name)
+                continue
+            ch, cw = (rh + pt) % sh, (rw + pl) % sw
+            sub = w[:, :, ch::sh, cw::sw][:, :, ::-1, ::-1].transpose(1, 0, 2, 3)   # [K, C, A, B], flipped
+            weight = cv.const(f"{name}/w", sub)
+            data = te.to_data(phase_tensors(N, C, H, W, K, Q, P, A, B, oh, ow))
+            node = Node("onnx_conv_transpose_phase", {}, [x, weight], name, f"{n.name or tag} phase {rh}{rw}",
+                        "ConvTranspose", computation=data)
+            cv.add_item(Fixed(node), name, (N, K, Q, P), "float32")
+            phases.append(name)
+    bias = cv.consts[n.input[2]] if len(n.input) > 2 and n.input[2] else np.zeros(K, np.float32)
+    scale, shift = cv.const(f"{tag}/scale", np.ones(K)), cv.const(f"{tag}/shift", bias)
+    item = TeItem("ConvTranspose", n.name or tag, {"strides": [sh, sw]}, [*phases, scale, shift], [n.output[0]], 0,
+                  interleave, "injective")
+    cv.add_item(item, n.output[0], cv.shapes[n.output[0]], "float32")
+
+
+def interleave(cx) -> list[te.Tensor]:
+    """out[n, k, oh, ow] = phase (oh mod s, ow mod s) at (oh div s, ow div s), times a
+    per-channel scale, plus a per-channel shift (the inputs: phases, scale, shift)."""
+    sh, sw = cx.attrs["strides"]
+    phases = [cx.tensor(k) for k in range(sh * sw)]
+    scale, shift = cx.tensor(sh * sw), cx.tensor(sh * sw + 1)
+
+    def f(n, k, oh, ow):
+        qh, qw = oh // sh, ow // sw
+        value = phases[-1][n, k, qh, qw]
+        for p in range(sh * sw - 2, -1, -1):
+            value = ir.select(te.all_(ir.eq(oh % sh, p // sw), ir.eq(ow % sw, p % sw)), phases[p][n, k, qh, qw],
+                              value)
+        return value * scale[k] + shift[k]
+    return [te.compute(cx.out_shapes[0], f, name=ident(cx.name))]
