@@ -85,12 +85,11 @@ class Anchors:
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1 or a.get("beta", 1.0) != 1:
                 return None
             weight = cv.consts[w] if a.get("transB", 0) else cv.consts[w].T   # [out, in]
-            M, K = shape[0], int(np.prod(shape[1:]))   # [M, K], or [M, K, 1, 1] read through a Flatten
+            M = shape[0]   # of [M, K], or of [M, K, 1, 1] read through a Flatten
         else:
             if len(shape) < 2:
                 return None
-            weight, K = cv.consts[w].T, shape[-1]
-            M = int(np.prod(shape[:-1]))
+            weight, M = cv.consts[w].T, int(np.prod(shape[:-1]))
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
         if bias is not None and (bias not in cv.consts or cv.consts[bias].size != weight.shape[0]):
             return None
