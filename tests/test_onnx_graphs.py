@@ -182,6 +182,18 @@ def test_a_strided_conv_transpose_is_a_convolution_per_phase_and_a_batchnorm_fol
     assert groups(net) == ["ConvTranspose"] * 4 + ["ConvTranspose+Relu"]
 
 
+@pytest.mark.parametrize("rows, op", [(4, "dense"), (32, "matmul")])
+def test_a_matmul_of_constant_weights_runs_a_hand_op_with_its_bias_and_batchnorm_fused(tmp_path, rows, op):
+    inputs = {"x": ([rows, 8], F)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["bias", "mm"], ["h"]),
+             helper.make_node("BatchNormalization", ["h", "s", "b", "m", "v"], ["y"])]
+    inits = {"w": c(RNG.standard_normal((8, 16))), "bias": c(RNG.standard_normal(16)),
+             "s": c(RNG.uniform(0.5, 1, 16)), "b": c(RNG.standard_normal(16)), "m": c(RNG.standard_normal(16)),
+             "v": c(RNG.uniform(0.5, 1.5, 16))}
+    net = check(save(tmp_path, nodes, inputs, {"y": ([rows, 16], F)}, inits), feeds_of(inputs))
+    assert [(n.op, n.args["bias"]) for n in net.graph.nodes] == [(op, True)]
+
+
 def test_a_conv_keeps_its_hand_epilogue_and_a_residual_computed_after_it_is_not_fused(tmp_path):
     inputs = {"x": ([1, 4, 6, 6], F)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
@@ -217,6 +229,19 @@ def test_shape_arithmetic_folds_and_a_token_input_gathers_an_embedding(tmp_path)
     assert graph.inputs == {"ids": ((3, 5), "int64"), "x": ((3, 5, 8), "float32")}
     assert graph.input_bounds == {"ids": 7}
     check(path, feeds_of(inputs))
+
+
+def test_tunekit_run_feeds_named_inputs_and_token_ids_within_the_vocabulary(tmp_path, capsys):
+    from tunekit.cli import main as cli
+    inputs = {"ids": ([4], I64), "x": ([4, 3], F)}
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"]), helper.make_node("Add", ["e", "x"], ["y"])]
+    path = save(tmp_path, nodes, inputs, {"y": ([4, 3], F)}, {"emb": c(RNG.standard_normal((9, 3)))})
+    np.save(tmp_path / "x.npy", np.ones((4, 3), np.float32))
+    assert cli.main(["run", path, "--input", f"x={tmp_path / 'x.npy'}", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ms per run" in out and "outputs match onnxruntime" in out
+    assert cli.main(["run", path, "--input", str(tmp_path / "x.npy")]) == 1
+    assert "the model has 2 inputs (ids, x); give each as --input NAME=FILE.npy" in capsys.readouterr().err
 
 
 # --- the LSTM ---------------------------------------------------------------------------------------------------

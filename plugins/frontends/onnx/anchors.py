@@ -159,7 +159,8 @@ class Anchors:
         scale, shift, mean, var = (cv.consts[i].astype(np.float64) for i in n.input[1:5])
         k = scale / np.sqrt(var + attrs_of(n).get("epsilon", 1e-5))
         w = cv.consts[f.weight].astype(np.float64)
-        w = w * k.reshape(-1, *[1] * (w.ndim - 1))   # per output channel (OIHW) or feature ([out, in])
+        # per output channel (OIHW), or feature ([out, in]; a matmul's [in, out])
+        w = w * k if f.op == "matmul" else w * k.reshape(-1, *[1] * (w.ndim - 1))
         b = cv.consts[f.bias].astype(np.float64) if f.bias else np.zeros_like(k)
         f.weight = cv.const(f.weight + "/bn", w)
         f.bias = cv.const(n.output[0] + "/bias", (b - mean) * k + shift)
@@ -171,7 +172,7 @@ class Anchors:
         shape = cv.shapes[f.output]
         if f.residual is not None or f.args["activation"] != "none":
             return False
-        if other in cv.consts and _per_channel(cv.consts[other].shape, shape, -1 if f.op == "dense" else 1):
+        if other in cv.consts and _per_channel(cv.consts[other].shape, shape, 1 if "conv" in f.op else -1):
             extra = cv.consts[other].reshape(-1).astype(np.float64)
             b = cv.consts[f.bias].astype(np.float64) if f.bias else 0
             f.bias = cv.const(n.output[0] + "/bias", b + extra)

@@ -1,5 +1,5 @@
 """A 2-D ConvTranspose of constant weights (group 1, dilation 1) as stride^2 ordinary
-convolutions, one per output phase, and an interleave.
+convolutions, one per output phase, and an interleave (of a one-pixel input: a dense).
 
 Output row oh = q*s + r (phase r) gets the taps kh = c_r + s*a (c_r = (r + pad) mod s) from
 input rows q + d_r - a: a dense convolution over the input with a sub-kernel of the weights,
@@ -62,7 +62,14 @@ def expand(cv, n) -> None:
     Ho, Wo = cv.shapes[n.output[0]][2:]
     tag = ident(n.name or n.output[0])
     phases = []
-    for rh in range(sh):
+    if (H, W, Ho, Wo) == (1, 1, kh, kw):   # one pixel in, the whole kernel out (DCGAN's first layer): a dense
+        name = f"{tag}/dense"
+        cv.add_item(cv.anchors.linear(n, x, N, name, w.reshape(C, -1).T, None, name), name, (N, K * kh * kw),
+                    "float32")
+        cv.shapes[name] = (N, K, kh, kw)   # the interleave reads it as one phase (the same bytes)
+        sh = sw = 1
+        phases.append(name)
+    for rh in range(sh if not phases else 0):
         for rw in range(sw):
             Q, A, oh = _axis(H, Ho, kh, sh, pt, rh)
             P, B, ow = _axis(W, Wo, kw, sw, pl, rw)
