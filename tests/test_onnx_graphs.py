@@ -268,3 +268,36 @@ def test_conv_transpose_phases_on_odd_shapes(tmp_path, attrs, w_shape, z_shape, 
     nodes = [helper.make_node("ConvTranspose", ["z", "w", "b"], ["y"], **attrs)]
     inits = {"w": c(RNG.standard_normal(w_shape)), "b": c(RNG.standard_normal(w_shape[1]))}
     check(save(tmp_path, nodes, inputs, {"y": (list(out_shape), F)}, inits), feeds_of(inputs))
+
+
+@pytest.mark.parametrize("device", ["avx512", "gpu"])
+def test_every_fused_group_of_a_model_runs_generated_configs_in_the_interpreter(tmp_path, device):
+    """The te of each group the frontend makes (a GELU chain after a MatMul, a transposed MatMul
+    with its scale and mask, a residual add into a LayerNorm, a ConvTranspose's phases and
+    interleave, an LSTM step), scheduled by random configs of its generated space, in the
+    reference interpreter against te.evaluate."""
+    from test_auto import DEVICES, check_configs
+    T, B, H = 2, 1, 4
+    inputs = {"x": ([4, 8], F), "k": ([2, 4, 8], F), "z": ([1, 3, 3, 3], F), "seq": ([T, B, 8], F)}
+    nodes = [helper.make_node("MatMul", ["x", "x8"], ["h"]), helper.make_node("Erf", ["h"], ["e"]),
+             helper.make_node("Mul", ["h", "e"], ["gelu"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["kt", "k"], ["s"]), helper.make_node("Mul", ["s", "half"], ["ss"]),
+             helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+             helper.make_node("Add", ["gelu", "x"], ["r"]),
+             helper.make_node("LayerNormalization", ["r", "g", "b"], ["ln"], axis=-1),
+             helper.make_node("ConvTranspose", ["z", "wt"], ["ct"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["ct"], ["ctr"]),
+             helper.make_node("LSTM", ["seq", "W", "R"], ["y"], hidden_size=H)]
+    outs = {"p": ([2, 8, 8], F), "ln": ([4, 8], F), "ctr": ([1, 2, 6, 6], F), "y": ([T, 1, B, H], F)}
+    inits = {"x8": c(RNG.standard_normal((8, 8))), "half": c(0.5), "g": c(RNG.standard_normal(8)),
+             "b": c(RNG.standard_normal(8)), "wt": c(RNG.standard_normal((3, 2, 4, 4))),
+             "W": c(RNG.standard_normal((1, 4 * H, 8))), "R": c(RNG.standard_normal((1, 4 * H, H)))}
+    graph = tunekit.deploy.network.load_graph(save(tmp_path, nodes, inputs, outs, inits))
+    seen = set()
+    for node in graph.nodes:
+        task = tunekit.deploy.network.node_task(node)
+        if node.computation is not None and task.key not in seen:
+            seen.add(task.key)
+            check_configs(task.op, task.args, DEVICES[device], n=2)
+    assert len(seen) >= 8
