@@ -197,6 +197,7 @@ class CompiledModel:
             start = offset * itemsize
             return raw[base][start:start + size * itemsize].view(dtype).reshape(shape)
 
+        kept = {g.base(o) for o in g.outputs} | set(consts)   # never reused
         self._inputs = {name: array(name, shape, dtype) for name, (shape, dtype) in g.inputs.items()}
         self.calls, self.layers = [], []
         for k, (node, kernel) in enumerate(zip(g.nodes, kernels)):
@@ -208,7 +209,7 @@ class CompiledModel:
             self.calls.append(bind(*args) if bind else functools.partial(kernel.fn, *args))
             self.layers.append((node, kernel))
             for base in {g.base(name) for name in node.inputs}:
-                if last.get(base) == k and base not in consts and base not in {g.base(o) for o in g.outputs}:
+                if last.get(base) == k and base not in kept:
                     free.append(raw[base])
         outs = {node.output: kernel.params[-1] for node, kernel in self.layers}
         shapes = g.output_shapes or [outs[name][1] for name in g.outputs]

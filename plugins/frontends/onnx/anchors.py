@@ -156,14 +156,13 @@ class Anchors:
         cv = self.cv
         if f.residual is not None or f.args["activation"] != "none" or any(i not in cv.consts for i in n.input[1:]):
             return False
-        scale, shift, mean, var = (cv.consts[i].astype(np.float64) for i in n.input[1:5])
-        k = scale / np.sqrt(var + attrs_of(n).get("epsilon", 1e-5))
+        k, shift = batchnorm_factors(cv, n)
         w = cv.consts[f.weight].astype(np.float64)
         # per output channel (OIHW), or feature ([out, in]; a matmul's [in, out])
         w = w * k if f.op == "matmul" else w * k.reshape(-1, *[1] * (w.ndim - 1))
         b = cv.consts[f.bias].astype(np.float64) if f.bias else np.zeros_like(k)
         f.weight = cv.const(f.weight + "/bn", w)
-        f.bias = cv.const(n.output[0] + "/bias", (b - mean) * k + shift)
+        f.bias = cv.const(n.output[0] + "/bias", b * k + shift)
         return True
 
     def residual(self, n, f: Fused) -> bool:
@@ -208,3 +207,10 @@ def _per_channel(const_shape: tuple, shape: tuple, axis: int) -> bool:
     padded = (1,) * (len(shape) - len(const_shape)) + tuple(const_shape)
     axis %= len(shape)
     return all(d == (shape[axis] if k == axis else 1) for k, d in enumerate(padded))
+
+
+def batchnorm_factors(cv, n) -> tuple[np.ndarray, np.ndarray]:
+    """(k, shift) per channel of BatchNormalization node `n` of constants: y = x * k + shift."""
+    scale, bias, mean, var = (cv.consts[i].astype(np.float64) for i in n.input[1:5])
+    k = scale / np.sqrt(var + attrs_of(n).get("epsilon", 1e-5))
+    return k, bias - mean * k

@@ -16,7 +16,7 @@ from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node
 
 from . import lower_conv_transpose, lower_lstm
-from .anchors import Anchors
+from .anchors import Anchors, batchnorm_factors
 from .context import ONNX_DTYPES, attrs_of
 from .fuse import RESHAPES, TeItem, fuse, group_name, group_tensors
 from .load import check_dtypes, load, node_name
@@ -24,7 +24,7 @@ from .lowerings import KINDS, LOWERINGS
 
 ANCHORS = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool"}
 #: the node types read at all (whether one fits where it is is checked while building)
-KNOWN = ANCHORS | set(LOWERINGS) | {"LSTM", "Constant"}
+KNOWN = ANCHORS | set(LOWERINGS) | {"LSTM"}   # (Constant nodes are folded at load)
 
 
 def _check_ops(model, path: str) -> None:
@@ -35,7 +35,7 @@ def _check_ops(model, path: str) -> None:
         names = "; ".join(f"{n.name or n.output[0]!r} ({n.op_type}{f', domain {n.domain}' if n.domain else ''})"
                           for n in bad)
         raise ModelError(f"{path}: {len(bad)} node(s) of types tunekit does not read (opset {opset}): {names} "
-                         f"(supported: {', '.join(sorted(KNOWN - {'Constant'}))})")
+                         f"(supported: {', '.join(sorted(KNOWN))})")
 
 
 def _shape(value_info, path: str) -> tuple:
@@ -49,12 +49,11 @@ def _shape(value_info, path: str) -> tuple:
 
 def convert(path: str) -> Graph:
     """Read the ONNX model at `path` into a Graph (see `tunekit.frontends.Frontend.load`)."""
-    from onnx import numpy_helper
-    model = load(path)
+    model, consts = load(path)
     g = model.graph
     check_dtypes(g, path)
     _check_ops(model, path)
-    cv = _Converter(path, {t.name: numpy_helper.to_array(t) for t in g.initializer})
+    cv = _Converter(path, consts)
     for v in [*g.input, *g.value_info, *g.output]:
         if v.name not in cv.consts:
             cv.shapes[v.name] = _shape(v, path)
@@ -115,8 +114,6 @@ class _Converter:
     # --- nodes -------------------------------------------------------------------------------------------------
 
     def add(self, n) -> None:
-        if n.op_type == "Constant":
-            return
         n = _Renamed(n, self.name)
         try:
             self._add(n)
@@ -154,11 +151,10 @@ class _Converter:
         if not (isinstance(p, TeItem) and p.fn is lower_conv_transpose.interleave
                 and self.consumers.get(p.output) == 1 and all(i in self.consts for i in n.input[1:5])):
             return False
-        scale, shift, mean, var = (self.consts[i].astype(np.float64) for i in n.input[1:5])
-        k = scale / np.sqrt(var + attrs_of(n).get("epsilon", 1e-5))
+        k, shift = batchnorm_factors(self, n)
         old_scale, old_shift = (self.consts[i].astype(np.float64) for i in p.inputs[-2:])
         p.inputs[-2:] = [self.const(f"{n.output[0]}/scale", old_scale * k),
-                         self.const(f"{n.output[0]}/shift", (old_shift - mean) * k + shift)]
+                         self.const(f"{n.output[0]}/shift", old_shift * k + shift)]
         del self.made[p.output]
         p.outputs, p.output = [n.output[0]], n.output[0]
         self.made[p.output] = p

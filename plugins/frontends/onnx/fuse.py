@@ -66,6 +66,7 @@ def fuse(items: list, made: dict, consumers: dict) -> None:
             if isinstance(p, TeItem) and p.root is p and consumers.get(name) == 1 and _joins(p, it):
                 for m in p.members:
                     m.root = it.root
+                # a producer's subtree before its reader: the members stay in an order to compute them
                 it.root.members = [*p.members, *it.root.members]
 
 
@@ -73,8 +74,6 @@ def group_tensors(cv, root: TeItem) -> tuple[list[str], list[te.Tensor]]:
     """The te computation of `root`'s group: the tensors it reads from outside (their names)
     and the te tensors (placeholders in that order, then the output). Bool tensors cross
     kernels as uint8 (a kernel's arrays are never bool)."""
-    order = {id(m): k for k, m in enumerate(cv.items)}
-    members = sorted(root.members, key=lambda m: order[id(m)])
     env: dict[str, te.Tensor] = {}
     reads: list[str] = []
     holders: dict[str, te.Tensor] = {}
@@ -90,7 +89,7 @@ def group_tensors(cv, root: TeItem) -> tuple[list[str], list[te.Tensor]]:
                 p.shape, lambda *i: ir.ne(p[i], ir.const(0, "uint8")), name=f"{p.name}_mask")
         return holders[name]
 
-    for m in members:
+    for m in root.members:   # in an order that computes each before its reader (`fuse`)
         values = [None if not i else env[i] if i in env else cv.consts[cv.name(i)] if cv.name(i) in cv.consts
                   else outside(i) for i in m.inputs]
         cx = NodeContext(m.op_type, m.name, m.attrs, values, [cv.shapes[o] for o in m.outputs],

@@ -18,7 +18,8 @@ def node_name(n) -> str:
 
 
 def load(path: str):
-    """The checked ONNX model at `path`, its constants folded, with every tensor's shape inferred."""
+    """The checked ONNX model at `path`, its constants folded, with every tensor's shape inferred,
+    and its constants as arrays by name."""
     import onnx
     from google.protobuf.message import DecodeError
     try:
@@ -41,8 +42,8 @@ def load(path: str):
                          f"truncated or in another format); {REDO}")
     try:
         onnx.checker.check_model(model)
-        model = fold(onnx.shape_inference.infer_shapes(model), path)
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        model, consts = fold(onnx.shape_inference.infer_shapes(model), path)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True), consts
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
                          "edited file fails these checks)") from None
@@ -105,12 +106,13 @@ def _evaluate(n, values: list, opsets, path: str) -> list[np.ndarray]:
 
 def fold(model, path: str):
     """Return `model` with every node computable at load time (its inputs constants, or a Shape
-    or Size of a static shape) replaced by initializers, shapes re-inferred until nothing folds."""
+    or Size of a static shape) replaced by initializers, shapes re-inferred until nothing folds,
+    and its constants as arrays by name (the initializers, the folded values)."""
     import onnx
     from onnx import numpy_helper
     g = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}   # read once: weights are large
     while True:
-        consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
         shapes = _static_shapes(model)
         folded, keep = {}, []
         for n in g.node:
@@ -129,7 +131,7 @@ def fold(model, path: str):
             for name, v in zip(n.output, value):
                 consts[name] = folded[name] = v
         if not folded:
-            return model
+            return model, consts
         used = {i for n in keep for i in n.input} | {o.name for o in g.output}
         del g.node[:]
         g.node.extend(keep)
