@@ -13,7 +13,7 @@ import numpy as np
 from tunekit.deploy.kernels import Kernel, build
 from tunekit.errors import ArgumentError, ModelError, TunekitError
 from tunekit.graph import Graph
-from tunekit.graph.layout import block_activations
+from tunekit.graph.layout import block_activations, pack_panels
 from tunekit.memory import empty
 from tunekit.ops.computed import ComputedOp
 from tunekit.plugin.registry import make_component, registry
@@ -93,15 +93,25 @@ def node_shapes(graph: Graph) -> dict[str, tuple]:
     return out
 
 
+def panel_width(target) -> int:
+    """The column panel of constant matmul weights on `target`: two float32 vectors where a
+    template takes packed weights there (`Template.panels`), else 0 (weights as they are)."""
+    takes = any(t.panels and t.op == "matmul" and t.serves(target) for t in registry().templates)
+    return 2 * target.device().lanes("float32") if takes else 0
+
+
 def for_target(graph: Graph, target) -> Graph:
-    """`graph` in the activation layout `target` runs best (`layout_block`); a ModelError
-    naming the file and the node if `target` cannot run a node (its dtype, its memory)."""
+    """`graph` in the activation layout `target` runs best (`layout_block`), its constant
+    matmul weights packed (`panel_width`); a ModelError naming the file and the node if
+    `target` cannot run a node (its dtype, its memory)."""
     seen = set()
     for node in graph.nodes:
         task = node_task(node)
         if task.key not in seen and (why := target.check_task(task)):
             raise _node_error(graph, node, why)
         seen.add(task.key)
+    if nv := panel_width(target):
+        graph = pack_panels(graph, nv)
     b = layout_block(target)
     if not b:
         return graph

@@ -8,6 +8,8 @@ pixels is the same bytes in both layouts, so it passes between the two freely
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tunekit.graph import Graph, Node
 from tunekit.ops import layout as layouts
 
@@ -87,3 +89,20 @@ def _blocked_weight(constants: dict, name: str, b: int, transform) -> str:
     if key not in constants:
         constants[key] = transform(constants[name], b)
     return key
+
+
+def pack_panels(graph: Graph, nv: int) -> Graph:
+    """Return `graph` with the constant B of every matmul in column panels of `nv`
+    (`tunekit.ops.layout.panels`, computed here once), the nodes reading it with
+    `b_panel = nv`; `graph` itself is not changed."""
+    constants, nodes = dict(graph.constants), []
+    for node in graph.nodes:
+        if node.op != "matmul" or node.args.get("b_panel") or node.inputs[1] not in graph.constants:
+            nodes.append(node)
+            continue
+        key = f"{node.inputs[1]}:panels{nv}"
+        if key not in constants:
+            constants[key] = layouts.panels(constants[node.inputs[1]], nv)
+        inputs = [node.inputs[0], key, *node.inputs[2:]]
+        nodes.append(replace(node, args={**node.args, "b_panel": nv}, inputs=inputs))
+    return replace(graph, constants=constants, nodes=nodes)

@@ -40,8 +40,11 @@ def blocked(b: int) -> str:
 
 
 def strip_default_layout(args: dict) -> dict:
-    """`args` without `layout` "NCHW", and without a `data_layout` that is None or the layout."""
+    """`args` without `layout` "NCHW", without a `data_layout` that is None or the layout, and
+    without matmul's `b_panel` 0 (B in its plain layout)."""
     out = dict(args)
+    if out.get("b_panel") == 0:
+        del out["b_panel"]
     if "data_layout" in out and out["data_layout"] in (None, out.get("layout")):
         del out["data_layout"]
     if out.get("layout") == "NCHW":
@@ -113,3 +116,19 @@ def depthwise_weight_nchw(w: np.ndarray, b: int) -> np.ndarray:
         return w
     Cb, R, S, _ = w.shape
     return np.ascontiguousarray(w.transpose(0, 3, 1, 2).reshape(Cb * b, 1, R, S))
+
+
+def panels(b: np.ndarray, nv: int) -> np.ndarray:
+    """numpy: a matmul's B [K, N] in column panels of `nv`, [ceil(N / nv), K, nv], the last
+    one zero-padded (each panel is contiguous: what a register tile of nv columns reads)."""
+    K, N = b.shape
+    no = -(-N // nv)
+    padded = np.zeros((K, no * nv), b.dtype)
+    padded[:, :N] = b
+    return np.ascontiguousarray(padded.reshape(K, no, nv).transpose(1, 0, 2))
+
+
+def from_panels(bp: np.ndarray, N: int) -> np.ndarray:
+    """numpy: B in column panels back as [K, N]."""
+    no, K, nv = bp.shape
+    return np.ascontiguousarray(bp.transpose(1, 0, 2).reshape(K, no * nv)[:, :N])

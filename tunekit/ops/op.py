@@ -142,6 +142,8 @@ class Template:
     epilogue: bool = False
     #: whether `fn` schedules the blocked layouts ("NCHW{b}c": `tunekit.ops.layout`) instead of plain NCHW
     blocked: bool = False
+    #: whether `fn` also takes matmul's B in column panels (`b_panel`: weights packed once, at compile time)
+    panels: bool = False
     #: whether it schedules any op from its computation (set for `op = ANY_OP`; kept by `bound`)
     generic: bool = False
     #: who contributed it, e.g. "plugin 'acme', acme-tunekit 1.2": set by the registry, for messages
@@ -161,6 +163,7 @@ class Template:
         from tunekit.ops.epilogue import has_epilogue
         from tunekit.ops.layout import block_of
         if args is not None and not self.generic and (has_epilogue(args) and not self.epilogue
-                                                      or bool(block_of(args.get("layout"))) != self.blocked):
+                                                      or bool(block_of(args.get("layout"))) != self.blocked
+                                                      or args.get("b_panel") and not self.panels):
             return False
         return target.name in self.targets or target.family in self.targets

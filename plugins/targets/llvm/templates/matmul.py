@@ -57,14 +57,16 @@ def matmul_cpu(cfg, device, M, N, K, dtype="float32", **epilogue):
     return s, [*params, C]
 
 
-def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None):
+def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None, b_panel=0):
     """matmul (batch=0) or batch_matmul with B packed into zero-padded column
     panels Bp[b, N/nv, K, nv] and C accumulated in a padded local block of
-    mc x nv, itself register-tiled mr x nv (mr rows unrolled, nv = whole vectors)."""
+    mc x nv, itself register-tiled mr x nv (mr rows unrolled, nv = whole vectors).
+    With `b_panel` (matmul only) B comes packed, in panels of nv = b_panel."""
     lanes, cores = device.lanes(dtype), device.cores
     nb = max(batch, 1)
     # column panels of whole vectors; one vector per row measured slow (a broadcast per FMA)
-    n_c = padded_splits(N, [u * lanes for u in (range(2, 5) if N > lanes else (1,))], lanes)
+    n_c = [(cdiv(N, b_panel), b_panel)] if b_panel else \
+        padded_splits(N, [u * lanes for u in (range(2, 5) if N > lanes else (1,))], lanes)
     # row blocks of `blk` register tiles of `mr` rows; rows past M use a clamped A row and are dropped
     m_c = [(cdiv(M, mr * b), b, mr) for b in (1, 2, 4, 8, 16, 32, 64, 128) for mr in range(1, min(M, 16) + 1)
            if (b == 1 or b * 2 <= M) and cdiv(M, mr * b) * mr * b - M < max(mr, M // 16)]
@@ -73,7 +75,8 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None):
     # k blocks long enough to amortize loading and storing the accumulators around each
     cfg.define_split("tile_k", K, num_outputs=2, filter=lambda v: v[1] >= min(K, 64))
     cfg.define_knob("k_outer", [True, False])     # k blocks around the row tiles, or inside each tile
-    cfg.define_knob("pack_root", [False, True])   # pack all of B first, or each panel where it is used
+    # pack all of B first, or each panel where it is used (B packed already: neither)
+    cfg.define_knob("pack_root", [False] if b_panel else [False, True])
 
     def acc(n, m):
         u = n[1] // lanes
@@ -104,7 +107,10 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None):
         b, jo, k, jv = ax if batch else (0, *ax)
         load = B[(*bidx(b), k, jo * nv + jv)]
         return te.if_then_else(jo * nv + jv < N, load, zero(dtype)) if no * nv > N else load
-    Bp = te.compute((*bshape, no, K, nv), pack, name="Bp")
+    if b_panel:
+        B = Bp = te.placeholder((no, K, nv), "B", dtype)
+    else:
+        Bp = te.compute((*bshape, no, K, nv), pack, name="Bp")
     k = te.reduce_axis(K, "k")
 
     def accumulate(*ax):
@@ -129,9 +135,11 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None):
         at = par
     else:
         par = at = panel
+    if not b_panel and not cfg["pack_root"]:
         s[Bp].compute_at(s[C], panel)
         pv = s[Bp].op.axis[-1]
-    vectorize(s, Bp, pv, lanes)
+    if not b_panel:
+        vectorize(s, Bp, pv, lanes)
     s[C].parallel(par)
     s[Cp].compute_at(s[C], at if cfg["pack_root"] else io)
 
@@ -147,9 +155,10 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None):
     return s, [A, B, *epi.inputs, C]
 
 
-def matmul_packed(cfg, device, M, N, K, dtype="float32", **epilogue):
-    """matmul with B packed into column panels and a register-tiled local accumulator (see `_packed`)."""
-    return _packed(cfg, device, 0, M, N, K, dtype, epilogue)
+def matmul_packed(cfg, device, M, N, K, dtype="float32", b_panel=0, **epilogue):
+    """matmul with B packed into column panels (by the kernel, or before: `b_panel`) and a
+    register-tiled local accumulator (see `_packed`)."""
+    return _packed(cfg, device, 0, M, N, K, dtype, epilogue, b_panel)
 
 
 def batch_matmul_packed(cfg, device, B, M, N, K, dtype="float32"):
@@ -159,6 +168,6 @@ def batch_matmul_packed(cfg, device, B, M, N, K, dtype="float32"):
 
 TEMPLATES = [
     Template("matmul", "tiled", ("cpu",), matmul_cpu, priority=10, epilogue=True),
-    Template("matmul", "packed", ("cpu",), matmul_packed, priority=20, epilogue=True),
+    Template("matmul", "packed", ("cpu",), matmul_packed, priority=20, epilogue=True, panels=True),
     Template("batch_matmul", "packed", ("cpu",), batch_matmul_packed, priority=20),
 ]
