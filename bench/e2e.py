@@ -9,16 +9,24 @@ tunekit's tuned network's with both after).
 
     python bench/e2e.py [--quick] [--nets resnet18,mobilenet_v2,dqn,dcgan,lstm_lm] [--size 224]
                         [--stages 16,64] [--rounds 3]
+    python bench/e2e.py --nets bert,gpt2 [--quick]
+
 
 The networks are the paper's five, examples/networks.py's (torch.nn modules with seeded
 weights, exported to ONNX with torch.onnx.export: the file and the module hold the same
 weights): ResNet-18 and MobileNet-v2 (written at --size x --size), the Nature DQN
 (1x4x84x84), DCGAN's generator (z 1x100x1x1) and the medium LSTM language model
 (int64 token ids [35, 1]); and examples/small_net.py's (ONNX only, --size: no PyTorch
-side). Each side gets the same seeded inputs, by name (`networks.inputs`: float32
-N(0, 1) images and z, token ids in [0, vocab)). Needs `pip install torch==2.13.0
-onnxruntime threadpoolctl` (without torch ResNet-18 and MobileNet-v2 are written with
-onnx.helper and PyTorch is left out, and the other three are skipped).
+side). The transformers (not in the default list), examples/transformer_nets.py's: BERT-base
+and GPT-2 small at 128 tokens, batch 1 (the `transformers` package's models from a config,
+seeded random weights, exported by PyTorch's dynamo exporter); for them onnxruntime runs
+twice, with its defaults and after its transformer optimizer (`onnxruntime.transformers.
+optimizer`: GELU, skip + LayerNorm and attention fusions), and the report adds GFLOPS and
+the share of tunekit's latency outside matmuls. Each side gets the same seeded inputs, by
+name (`networks.inputs`: float32 N(0, 1) images and z, token ids in [0, vocab)). Needs
+`pip install torch==2.13.0 onnxruntime threadpoolctl` (without torch ResNet-18 and
+MobileNet-v2 are written with onnx.helper and PyTorch is left out, and the other three are
+skipped), and for the transformers `pip install transformers onnxscript`.
 Tuning resumes from bench/results/e2e/ (xgboost + annealing, the network's tasks
 weighted by their counts, each task over every template that serves it).
 PyTorch runs in processes of its own only: the tuner's process never imports it.
@@ -36,9 +44,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from common import alternate, in_process, load_now, machine_report, per_task, time_fn, torch_report
 from networks import NETS, SIZED  # numpy only: PyTorch is imported by what calls for it
+from transformer_nets import SIZES as TRANSFORMERS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TORCH_NETS = NETS   # the nets examples/networks.py defines as torch.nn modules
+TORCH_NETS = (*NETS, *TRANSFORMERS)   # the nets defined as torch.nn modules
 
 
 def feeds(net: str, size: int) -> dict:
@@ -47,6 +56,9 @@ def feeds(net: str, size: int) -> dict:
     import numpy as np
     if net == "small_net":
         return {"x": np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)}
+    if net in TRANSFORMERS:
+        import transformer_nets
+        return transformer_nets.inputs(net)
     return networks.inputs(net, size)
 
 
@@ -56,6 +68,9 @@ def write_net(net: str, path: str, size: int, torch: bool) -> str:
         from small_net import small_net
         return small_net(path, size=size)
     import networks
+    if net in TRANSFORMERS:
+        import transformer_nets
+        return transformer_nets.export(net, path)
     if net not in SIZED:   # PyTorch only, a fixed input size
         return getattr(networks, net)(path)
     return getattr(networks, net)(path, size=size, exporter="torch" if torch else "onnx")
@@ -87,6 +102,29 @@ def _ort(path: str):
     return lambda x: sess.run(None, x)[0]
 
 
+def ort_optimized(path: str, out: str, net: str) -> str:
+    """Write `path` after onnxruntime's transformer optimizer to `out`; returns what it fused.
+    Its GPT-2 pass fails on the dynamo export (an IndexError in its Gemm post-processing), so a
+    GPT-2 gets the BERT passes (GELU, skip + LayerNorm, attention): the fusions that apply to both."""
+    import contextlib
+    import io
+
+    from onnxruntime.transformers import optimizer
+    s = TRANSFORMERS[net]
+    tried = []
+    for kind in dict.fromkeys((net, "bert")):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                model = optimizer.optimize_model(path, model_type=kind, num_heads=s["heads"], hidden_size=s["hidden"])
+        except Exception as e:   # its own failure on this export: said, and the next kind tried
+            tried.append(f"model_type {kind!r} failed ({type(e).__name__}: {e})")
+            continue
+        model.save_model_to_file(out)
+        fused = {k: v for k, v in model.get_fused_operator_statistics().items() if v}
+        return "; ".join([*tried, f"model_type {kind!r} fused {fused or 'nothing'}"])
+    raise RuntimeError("onnxruntime's transformer optimizer: " + "; ".join(tried))
+
+
 def ort_times(path: str, x: dict) -> list[float]:
     run = _ort(path)
     return time_fn(lambda: run(x), min_s=0.3, repeat=7)
@@ -108,6 +146,8 @@ def _torch(net: str, x: dict):
     import networks
     import torch
     torch.set_num_threads(os.cpu_count())
+    if net in TRANSFORMERS:
+        import transformer_nets as networks
     return getattr(networks, f"{net}_module")(), [torch.from_numpy(v) for v in x.values()]
 
 
@@ -142,8 +182,8 @@ def check(outputs: dict, ref: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="0, 8 and 32 trials per task")
-    ap.add_argument("--nets", default=",".join(NETS), help=f"of {', '.join(NETS)}, small_net (default: all "
-                                                          "but small_net)")
+    ap.add_argument("--nets", default=",".join(NETS), help=f"of {', '.join((*NETS, *TRANSFORMERS))}, small_net "
+                                                          f"(default: {', '.join(NETS)})")
     ap.add_argument("--size", type=int, default=224,
                     help=f"input height and width of {', '.join(SIZED)} and small_net (the others' are fixed)")
     ap.add_argument("--stages", default=None,
@@ -155,8 +195,8 @@ def main() -> None:
     stages = sorted({int(s) for s in (a.stages or ("8,32" if a.quick else "16,64")).split(",") if s} - {0})
     has_torch = importlib.util.find_spec("torch") is not None
     nets = a.nets.split(",")
-    if unknown := [n for n in nets if n not in (*NETS, "small_net")]:
-        ap.error(f"--nets: no network {', '.join(unknown)} (of {', '.join(NETS)}, small_net)")
+    if unknown := [n for n in nets if n not in (*NETS, *TRANSFORMERS, "small_net")]:
+        ap.error(f"--nets: no network {', '.join(unknown)} (of {', '.join((*NETS, *TRANSFORMERS))}, small_net)")
     if not has_torch and (skip := [n for n in nets if n not in (*SIZED, "small_net")]):
         print(f"skipping {', '.join(skip)}: writing them needs PyTorch (pip install torch==2.13.0)")
         nets = [n for n in nets if n not in skip]
@@ -187,6 +227,12 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
         print("  " + check({"onnxruntime": in_process(ort_output, path, x),
                             "pytorch": in_process(torch_output, net, x)}, "onnxruntime"))
     sides = {"tunekit": None, "onnxruntime": (ort_times, (path, x))}
+    if net in TRANSFORMERS:
+        opt = os.path.join(out, f"{tag}_ortopt.onnx")
+        print("  onnxruntime's transformer optimizer: " + in_process(ort_optimized, path, opt, net))
+        print("  " + check({"onnxruntime": in_process(ort_output, path, x),
+                            "onnxruntime-optimized": in_process(ort_output, opt, x)}, "onnxruntime"))
+        sides["onnxruntime-optimized"] = (ort_times, (opt, x))
     if torch_side:
         sides["pytorch"] = (torch_times, (net, x))
     points = {side: [] for side in sides}
@@ -212,9 +258,14 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
         for side in points:
             points[side].append((trials, r[side][0]))
         tk = r["tunekit"][0]
-        vs = [f"onnxruntime {_ms(r['onnxruntime'])}"] + ([f"PyTorch {_ms(r['pytorch'])}"] if torch_side else [])
-        speed = [f"{r['onnxruntime'][0] / tk:.2f}x onnxruntime's speed"] + \
-            ([f"{r['pytorch'][0] / tk:.2f}x PyTorch's"] if torch_side else [])
+        others = [k for k in sides if k != "tunekit"]
+        vs = [f"{k} {_ms(r[k])}" for k in others]
+        speed = [f"{r[k][0] / tk:.2f}x {k}'s speed" for k in others]
+        if net in TRANSFORMERS:
+            import transformer_nets
+            gf = transformer_nets.flops(net) / 1e9
+            speed.append(f"{gf / tk:.0f} GFLOPS ({gf:.1f} GFLOP a run; onnxruntime "
+                         f"{gf / min(r['onnxruntime'][0], r['onnxruntime-optimized'][0]):.0f} at its faster)")
         print(f"  latency after {trials:3d} trials/task, median of {rounds} rotating rounds (min-max): "
               f"tunekit {_ms(r['tunekit'])}, {', '.join(vs)}: tunekit is {', '.join(speed)}")
     model = _compiled(path, db)
@@ -231,6 +282,8 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
               f"{r['seconds'] / total:5.0%} {r['gflops']:7.1f} GFLOPS {'tuned' if r['tuned'] else 'fallback'}")
     print(f"  activation buffers {model.peak_bytes / 2**20:.2f} MiB; layer sum {total * 1e3:.3f} ms, "
           f"median run {statistics.median(run_times(model, x)) * 1e3:.3f} ms")
+    from tunekit.cli.run import matmul_share
+    print(f"  {matmul_share(rows)}")
     return points
 
 
@@ -254,7 +307,7 @@ def plot(curves: dict, png: str) -> None:
         print("(install matplotlib for the latency curve PNG)")
         return
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), squeeze=False)
-    styles = {"tunekit": "o-", "onnxruntime": "s--", "pytorch": "^:"}
+    styles = {"tunekit": "o-", "onnxruntime": "s--", "onnxruntime-optimized": "d--", "pytorch": "^:"}
     for ax, (net, points) in zip(axes[0], curves.items()):
         for side, pts in points.items():
             xs, ys = zip(*pts)

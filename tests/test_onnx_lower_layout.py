@@ -298,3 +298,140 @@ def test_compiled_through_the_x86_target(name):
     out[...] = np.nan
     kernel(*args, out)
     np.testing.assert_allclose(out, expected[0], rtol=1e-5, atol=1e-5)
+
+
+# --- GatherND (batch_dims 0) -----------------------------------------------------------------------------------
+
+ND_RNG = np.random.default_rng(11)   # its own: the cases above keep their data
+
+
+def nd_data(*shape, dtype=np.float32):
+    return ("data", ND_RNG.standard_normal(shape).astype(dtype))
+
+
+def nd_indices(values):
+    return ("data", np.asarray(values, np.int64))
+
+
+GATHER_ND = {   # data, indices; "even": constant rows that step evenly through the data's first r dims
+    "even_slices": ([nd_data(4, 5, 3), const([[0, 1], [0, 3], [1, 0], [1, 2]])], "even"),   # flat 1, 3, 5, 7
+    "even_negative": ([nd_data(4, 5, 3), const([[0, -4], [0, -2], [-3, 0], [1, -3]])], "even"),   # the same
+    "even_reversed_r1": ([nd_data(4, 3), const([[3], [2], [-3], [0]])], "even"),   # step -1
+    "even_2d_rows": ([nd_data(3, 4, 2), const([[[0, 0], [0, 1]], [[0, 2], [0, 3]]])], "even"),
+    "even_one_row": ([nd_data(3, 4, 2), const([[2, -1]])], "even"),
+    "even_single_index_vector": ([nd_data(3, 4, 2), const([1, -1])], "even"),   # indices [r]: one slice
+    "even_whole_elements": ([nd_data(3, 4), const([[0, 1], [1, -3], [2, 1]])], "even"),   # r = rank, step 5
+    "const_uneven": ([nd_data(4, 5, 2), const([[[0, 4], [-1, 2]], [[2, 0], [3, -5]]])], "const"),
+    "const_uneven_r1": ([nd_data(5, 3), const([[4], [-1], [0], [2]])], "const"),   # flat 4, 4, 0, 2
+    "const_whole_elements": ([nd_data(3, 4), const([[2, -1], [0, 0], [1, 2]])], "const"),
+    "data_slices": ([nd_data(4, 5, 3), nd_indices([[1, -2], [0, 3], [-4, 0]])], "data"),
+    "data_r1": ([nd_data(4, 3, 2), nd_indices([[[3], [-1]], [[0], [-4]]])], "data"),
+    "data_whole_elements": ([nd_data(3, 4), nd_indices([[[2, -1]], [[0, 3]]])], "data"),
+    "data_int64_values": ([("data", np.arange(24, dtype=np.int64).reshape(4, 6)), nd_indices([[-1], [1], [1]])],
+                          "data"),
+}
+
+
+@pytest.mark.parametrize("case", GATHER_ND)
+def test_gather_nd_matches_the_reference_exactly(case):
+    inputs, kind = GATHER_ND[case]
+    check("GatherND", inputs)
+    check("GatherND", inputs, opset=13)   # batch_dims since 12, the same node
+    # constant indices that step evenly are index arithmetic: the data is the only input read
+    holders = lowered_body("GatherND", inputs)[0]
+    assert holders == (1 if kind == "even" else 2)
+
+
+def test_gather_nd_matches_onnxruntime():
+    inputs, _ = GATHER_ND["data_slices"]
+    check("GatherND", inputs, ort=True)
+    check("GatherND", GATHER_ND["even_negative"][0], ort=True)
+    check("GatherND", inputs, batch_dims=0)   # the default, given
+
+
+@pytest.mark.parametrize("inputs, attrs, message", [
+    ([data(2, 3, 4), const([[1], [0]])], {"batch_dims": 1}, "only batch_dims 0 is supported"),
+    ([data(4, 5, 3), const([[0, 5], [1, 1]])], {}, r"outside the data's dims \[4, 5\]"),
+    ([data(4, 5, 3), const([[-5, 0]])], {}, r"outside the data's dims \[4, 5\]"),
+])
+def test_gather_nd_unsupported_is_a_clear_error(inputs, attrs, message):
+    test_unsupported_is_a_clear_error("GatherND", inputs, attrs, message)
+
+
+@pytest.mark.skipif(not ON_X86, reason="runs x86 code")
+@pytest.mark.parametrize("case", ["even_negative", "const_uneven", "data_slices", "data_whole_elements"])
+def test_gather_nd_compiled_through_the_x86_target(case, monkeypatch):
+    monkeypatch.setitem(COMPILED, f"t_gather_nd_{case}", ("GatherND", GATHER_ND[case][0], {}))
+    test_compiled_through_the_x86_target(f"t_gather_nd_{case}")
+
+
+# --- GatherElements of constants folds at load (numpy: onnx.reference's fails past 64 entries) ------------------
+
+def gather_elements_model(data_, index, axis):
+    node = helper.make_node("GatherElements", ["d", "i"], ["out"], axis=axis)
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("out", onnx.TensorProto.INT64, None)],
+                              [numpy_helper.from_array(data_, "d"), numpy_helper.from_array(index, "i")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("shape, index, axis", [
+    ((1, 512), [[0, 1, 2, 3, 100, 511, -1, -512, 7, 7, 300, 64, 65, 255, 256, 1]], 1),
+    ((512, 2), [[3, -1], [511, 0], [-512, 70]], 0),
+    ((2, 3, 100), [[[99, -100], [5, 64], [-1, 0]], [[0, 1], [98, -99], [70, 70]]], -1),
+])
+def test_gather_elements_of_constants_folds_on_long_axes(tmp_path, shape, index, axis):
+    from tunekit_plugins.frontends.onnx.load import fold
+    rt = pytest.importorskip("onnxruntime")
+    d = np.arange(np.prod(shape), dtype=np.int64).reshape(shape) * 3
+    m = gather_elements_model(d, np.asarray(index, np.int64), axis)
+    (want,) = rt.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    folded, consts = fold(m, str(tmp_path / "m.onnx"))
+    assert len(folded.graph.node) == 0
+    assert consts["out"].dtype == np.int64
+    np.testing.assert_array_equal(consts["out"], want)
+
+
+@pytest.mark.parametrize("shape, index", [((2, 70), [[5, -1]]), ((3, 70), [[5, -1], [0, 69]])])
+def test_gather_elements_fold_with_indices_shorter_than_the_data_off_the_axis(tmp_path, shape, index):
+    from tunekit_plugins.frontends.onnx.load import fold
+    rt = pytest.importorskip("onnxruntime")
+    m = gather_elements_model(np.arange(np.prod(shape), dtype=np.int64).reshape(shape), np.asarray(index, np.int64), 1)
+    (want,) = rt.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    np.testing.assert_array_equal(fold(m, str(tmp_path / "m.onnx"))[1]["out"], want)
+
+
+@pytest.mark.skipif(not ON_X86, reason="runs x86 code")
+def test_position_ids_gathered_from_a_long_constant_fold_and_the_model_compiles(tmp_path):
+    """A BERT export's position ids: GatherElements of a [1, 512] arange by constant indices,
+    then the embedding of those positions added to a graph input; onnxruntime agrees."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("llvmlite")
+    from test_onnx_graphs import check as check_model
+    from test_onnx_graphs import save
+    F, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+    rng = np.random.default_rng(4)
+    inits = {"arange": np.arange(512, dtype=np.int64)[None],
+             "pick": np.array([[0, 1, 2, 3, 4, 100, 200, 300, 400, 500, 510, -1, -2, 64, 65, 128]], np.int64),
+             "emb": rng.standard_normal((512, 8)).astype(np.float32)}
+    nodes = [helper.make_node("GatherElements", ["arange", "pick"], ["pos"], axis=1),   # [1, 16]
+             helper.make_node("Gather", ["emb", "pos"], ["pe"]),                       # [1, 16, 8]
+             helper.make_node("Add", ["x", "pe"], ["y"]),
+             helper.make_node("Add", ["ids", "pos"], ["idp"]),                         # int64, from an input
+             helper.make_node("Gather", ["emb", "idp"], ["te"]),
+             helper.make_node("Add", ["te", "y"], ["z"])]
+    inputs = {"x": ([1, 16, 8], F), "ids": ([1, 16], I64)}
+    path = save(tmp_path, nodes, inputs, {"z": ([1, 16, 8], F)}, inits)
+    graph = tunekit.deploy.network.load_graph(path)
+    assert "GatherElements" not in {n.kind for n in graph.nodes}
+    feeds = {"x": rng.standard_normal((1, 16, 8)).astype(np.float32),
+             "ids": np.zeros((1, 16), np.int64)}   # ids + positions stay inside the table
+    check_model(path, feeds)
+
+
+def test_gather_elements_fold_of_an_index_out_of_range_names_the_node(tmp_path):
+    from tunekit_plugins.frontends.onnx.load import fold
+
+    from tunekit.errors import ModelError
+    m = gather_elements_model(np.arange(512, dtype=np.int64)[None], np.array([[600]], np.int64), 1)
+    with pytest.raises(ModelError, match=r"GatherElements.*from its constant inputs failed.*\[-512, 512\)"):
+        fold(m, str(tmp_path / "m.onnx"))

@@ -41,6 +41,18 @@ def feeds(net, given: list[str], path: str) -> dict[str, np.ndarray]:
     return out
 
 
+_MATMULS = ("matmul", "dense", "batch_matmul")
+
+
+def matmul_share(rows: list[dict]) -> str:
+    """A line saying how much of a profile's layer sum is matmul work: the matmul ops, and the
+    fused groups that hold one (a frontend names a group after its nodes: "onnx_matmul_add")."""
+    total = sum(r["seconds"] for r in rows) or 1.0
+    mm = sum(r["seconds"] for r in rows if r["op"] in _MATMULS or "matmul" in r["op"].split("_"))
+    return (f"matmul work: {mm * 1e3:.3f} ms, {mm / total:.1%} of the layer sum; other work "
+            f"{(total - mm) * 1e3:.3f} ms, {(total - mm) / total:.1%}")
+
+
 def run_model(args: argparse.Namespace, console, table) -> int:
     from tunekit.deploy.network import compile_model
     with warnings.catch_warnings(record=True) as said:
@@ -65,6 +77,7 @@ def run_model(args: argparse.Namespace, console, table) -> int:
                          for r in rows]))
     console.print(f"memory: activations {net.peak_bytes / 2**20:.2f} MiB (buffers reused across layers), "
                   f"weights {net.weight_bytes / 2**20:.2f} MiB", markup=False)
+    console.print(matmul_share(rows), markup=False)
     try:
         import onnxruntime
     except ImportError:

@@ -83,6 +83,21 @@ def _shape_of(n, shape: tuple) -> np.ndarray:
     return np.array(shape[slice(a.get("start", 0), a.get("end"))], np.int64)
 
 
+def _gather_elements(n, data, index) -> list[np.ndarray]:
+    axis = next((a.i for a in n.attribute if a.name == "axis"), 0) % data.ndim
+    d = data.shape[axis]
+    if index.size and not ((-d <= index).all() and (index < d).all()):
+        raise ValueError(f"indices outside [{-d}, {d}) for axis {axis} of size {d}")
+    # the output has the indices' shape: off the axis, they may be shorter than the data
+    data = data[tuple(slice(None) if k == axis else slice(0, e) for k, e in enumerate(index.shape))]
+    return [np.take_along_axis(data, np.where(index < 0, index + d, index), axis)]
+
+
+# onnx.reference's GatherElements fails when the axis has over 64 entries (np.choose's limit);
+# PyTorch's export of a BERT gathers its position ids from a [1, 512] constant
+_NUMPY = {"GatherElements": _gather_elements}
+
+
 def _evaluate(n, values: list, opsets, path: str) -> list[np.ndarray]:
     """Run node `n` on constant `values` with onnx's reference implementation."""
     from onnx import helper, numpy_helper
@@ -97,6 +112,8 @@ def _evaluate(n, values: list, opsets, path: str) -> list[np.ndarray]:
     graph = helper.make_graph([node], "fold", ins, outs)
     model = helper.make_model(graph, opset_imports=opsets)
     try:
+        if n.op_type in _NUMPY:
+            return _NUMPY[n.op_type](n, *values)
         got = ReferenceEvaluator(model).run(None, {f"in{k}": v for k, v in enumerate(values) if v is not None})
     except Exception as e:   # the reference implementation's own errors: the node is bad
         raise ModelError(f"{path}: {node_name(n)}: computing it from its constant inputs failed "

@@ -212,6 +212,31 @@ def gather(cx: NodeContext) -> list[te.Tensor]:
                        name=ident(cx.name))]
 
 
+def gather_nd(cx: NodeContext) -> list[te.Tensor]:
+    """batch_dims 0: each index row [..., r] picks a slice of the data's first r dims. Constant
+    rows that step evenly through the data (PyTorch's mask indexing: a range) become index
+    arithmetic; others are loaded, each component modulo its dim, as in `gather`."""
+    x = cx.tensor(0)
+    if cx.attr("batch_dims", 0):
+        raise cx.fail("only batch_dims 0 is supported")
+    q, r = len(cx.shape(1)) - 1, cx.shape(1)[-1]
+    dims, ind = x.shape[:r], cx.const(1)
+    if ind is not None and ind.size and not all((-d <= ind[..., k]).all() and (ind[..., k] < d).all()
+                                                for k, d in enumerate(dims)):
+        raise cx.fail(f"its indices hold values outside the data's dims {list(dims)}")
+    even = _even(np.ravel_multi_index(tuple(np.moveaxis(ind % np.array(dims), -1, 0)), dims),
+                 math.prod(dims)) if ind is not None and ind.size else None
+    if even is not None:
+        def at(j):
+            return _unravel(even[0] + even[1] * _ravel(j, ind.shape[:-1]), dims)
+    else:
+        indices = cx.tensor(1)
+
+        def at(j):
+            return [ir.cast(indices[(*j, k)], ir.INDEX) % d for k, d in enumerate(dims)]
+    return [te.compute(cx.out_shapes[0], lambda *i: x[(*at(i[:q]), *i[q:])], name=ident(cx.name))]
+
+
 def pad(cx: NodeContext) -> list[te.Tensor]:
     """Modes constant (a select on the padded index), edge (clamped), reflect and wrap."""
     x = cx.tensor(0)
@@ -245,5 +270,5 @@ def pad(cx: NodeContext) -> list[te.Tensor]:
 
 LOWERINGS = {"Transpose": transpose, "Reshape": reshape, "Flatten": reshape, "Squeeze": reshape,
              "Unsqueeze": reshape, "Concat": concat, "Split": split, "Slice": slice_, "Expand": expand,
-             "Tile": tile, "Gather": gather, "Pad": pad, "Identity": identity}
+             "Tile": tile, "Gather": gather, "GatherND": gather_nd, "Pad": pad, "Identity": identity}
 KINDS = {op: "injective" for op in LOWERINGS}
