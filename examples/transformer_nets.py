@@ -1,6 +1,7 @@
 """The transformers of step 13, made here (no download): BERT-base and GPT-2 small as the
 `transformers` package defines them from a config, with random weights drawn from a seed
-(its own initialization under `torch.manual_seed`), exported to ONNX by PyTorch's exporter.
+(its own initialization under `torch.manual_seed`, biases and LayerNorm weights moved off
+their initial 0 and 1), exported to ONNX by PyTorch's exporter.
 
     bert(path)  # BERT-base: 12 layers, hidden 768, 12 heads, intermediate 3072; inputs
                 # "input_ids" and "attention_mask", int64 [1, 128]; output the last hidden state
@@ -44,6 +45,10 @@ def _module(net: str, seed: int, **size):
         config = transformers.GPT2Config(vocab_size=s["vocab"], n_embd=s["hidden"], n_layer=s["layers"],
                                          n_head=s["heads"], n_inner=s["intermediate"], n_positions=1024)
         model = transformers.GPT2Model(config)
+    with torch.no_grad():   # trained models have biases and LayerNorm weights of their own (the init's are 0 and 1)
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(0.02 * torch.randn_like(p))
     model.eval()
 
     class LastHidden(torch.nn.Module):
