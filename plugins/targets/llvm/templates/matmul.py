@@ -135,9 +135,9 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None, b_panel=0):
         at = par
     else:
         par = at = panel
-    if not b_panel and not cfg["pack_root"]:
-        s[Bp].compute_at(s[C], panel)
-        pv = s[Bp].op.axis[-1]
+        if not b_panel:
+            s[Bp].compute_at(s[C], panel)
+            pv = s[Bp].op.axis[-1]
     if not b_panel:
         vectorize(s, Bp, pv, lanes)
     s[C].parallel(par)
