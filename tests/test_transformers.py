@@ -68,9 +68,10 @@ def test_bert_attention_with_a_padding_mask_matches_onnxruntime(tmp_path):
     check(path, {"x": x, "attention_mask": padded})
     # the mask matters (a lowering that dropped it would pass the first check only)
     assert not np.allclose(net(x=x, attention_mask=ones)[0], net(x=x, attention_mask=padded)[0], atol=1e-3)
-    # the four projections run the panel matmul with their bias; the scale folds into Q's head transpose; the
-    # mask's Cast and Where, K's transpose and the mask's Add are the scores' kernel; the context's transpose
-    # back and reshape are the indexing of the second batched MatMul
+    # Q, K and V are one panel matmul (N = 3 x 64) with their biases, each read by its consumers as a column
+    # range; the scale folds into Q's head transpose; the mask's Cast and Where, K's columns and transpose and
+    # the mask's Add are the scores' kernel; V's columns and the context's transpose back and reshape are the
+    # indexing of the second batched MatMul
     assert [(node.op, node.kind) for node in net.graph.nodes] == ATTENTION_GROUPS
     assert all(node.args["b_panel"] and node.args["bias"] for node in net.graph.nodes if node.op == "matmul")
 
@@ -159,24 +160,52 @@ def test_every_constant_weight_matmul_runs_the_panel_matmul(exported):
     # per layer: Q, K, V, the output projection and the MLP's two (GPT-2: Q, K and V are one Gemm)
     assert weighted == {"bert": 6, "gpt2": 4}[net] * SIZE["layers"]
     matmuls = [n for n in model.graph.nodes if n.op == "matmul"]
-    assert len(matmuls) == weighted
+    # BERT's Q, K and V, which read the same input, run as one matmul of their weights side by side
+    assert len(matmuls) == 4 * SIZE["layers"]
+    assert sum(n.args["N"] == 3 * SIZE["hidden"] for n in matmuls) == SIZE["layers"]
     assert all(n.args.get("b_panel") for n in matmuls)
 
 
 def test_the_kernels_per_layer_are_pinned(exported):
     net, _, model = exported
-    # BERT: the embedding's Gather+Add+LayerNormalization and the mask's kernel, then 15 per layer;
+    # BERT: the embedding's Gather+Add+LayerNormalization and the mask's kernel, then 13 per layer;
     # GPT-2: the embedding's Gather+Add and its first LayerNormalization, 14 per layer and the final one
     per_layer, other = KERNELS[net]
     assert len(model.graph.nodes) == other + per_layer * SIZE["layers"]
 
 
-ATTENTION_GROUPS = [("matmul", "MatMul")] * 3 + [
-    ("onnx_transpose_mul", "Transpose+Mul"),
-    ("onnx_cast_where_transpose_matmul_add", "Cast+Where+Transpose+MatMul+Add"), ("onnx_softmax", "Softmax"),
-    ("onnx_transpose_matmul_reshape", "Transpose+MatMul+Reshape"), ("matmul", "MatMul")]
+ATTENTION_GROUPS = [("matmul", "MatMul"), ("onnx_slice_reshape_transpose_mul", "Slice+Reshape+Transpose+Mul"),
+    ("onnx_cast_where_slice_reshape_transpose_matmul_add", "Cast+Where+Slice+Reshape+Transpose+MatMul+Add"),
+    ("onnx_softmax", "Softmax"), ("onnx_slice_reshape_transpose_matmul", "Slice+Reshape+Transpose+MatMul"),
+    ("matmul", "MatMul")]
 # the bias is the matmul's epilogue; the GELU (reading h twice) is one kernel after it
 GELU_GROUPS = {"erf": [("matmul", "MatMul"), ("onnx_div_erf_add_mul", "Div+Erf+Add+Mul")],
                "tanh": [("matmul", "MatMul"), ("onnx_pow_mul_add_tanh", "Pow+Mul+Add+Tanh")]}
 SPLIT_GROUPS = ["Split+Reshape+Transpose"] * 3   # each part is one kernel reading the split's slice
-KERNELS = {"bert": (15, 2), "gpt2": (14, 3)}
+KERNELS = {"bert": (13, 2), "gpt2": (14, 3)}
+
+
+def test_projections_of_one_input_merge_unless_one_is_a_graph_output(tmp_path):
+    """Three MatMuls of constant weights reading x (Q, K, V): one matmul, each output a column range
+    read by its consumer; a projection that is also a graph output stays a matmul of its own."""
+    n = helper.make_node
+    inits = {f"w{k}": weights(H, 32 + 16 * k) for k in range(3)} | {f"b{k}": c(RNG.standard_normal(32 + 16 * k))
+                                                                  for k in range(3)}
+    nodes = [node for k in range(3) for node in (n("MatMul", ["x", f"w{k}"], [f"m{k}"]),
+                                                 n("Add", [f"m{k}", f"b{k}"], [f"p{k}"]),
+                                                 n("Relu", [f"p{k}"], [f"y{k}"]))]
+    outs = {f"y{k}": ([1, T, 32 + 16 * k], F) for k in range(3)}
+    feeds = {"x": x_feed(1, T, H)}
+    net = check(save(tmp_path, nodes, {"x": ([1, T, H], F)}, outs, inits), feeds)
+    mm = [node for node in net.graph.nodes if node.op == "matmul"]
+    # Relu fuses into each projection's epilogue, so none is a plain matmul: no merge here
+    assert len(mm) == 3
+    nodes = [node for k in range(3) for node in (n("MatMul", ["x", f"w{k}"], [f"m{k}"]),
+                                                 n("Add", [f"m{k}", f"b{k}"], [f"p{k}"]),
+                                                 n("Tanh", [f"p{k}"], [f"y{k}"]))]
+    net = check(save(tmp_path, nodes, {"x": ([1, T, H], F)}, outs, inits), feeds)
+    assert [node.args["N"] for node in net.graph.nodes if node.op == "matmul"] == [32 + 48 + 64]
+    assert groups(net) == ["MatMul"] + ["Slice+Tanh"] * 3
+    outs |= {"p1": ([1, T, 48], F)}
+    net = check(save(tmp_path, nodes, {"x": ([1, T, H], F)}, outs, inits), feeds)
+    assert sorted(node.args["N"] for node in net.graph.nodes if node.op == "matmul") == [48, 32 + 64]

@@ -1,7 +1,7 @@
 """ONNX -> tunekit graph. Each node becomes, in order:
 - an anchor: a conv, a dense of constant weights or a pool, tunekit's own ops with hand
   templates (`anchors.py`), with BatchNormalization, a bias, a residual add and ReLU/Clip(0, 6)
-  fused into its epilogue;
+  fused into its epilogue (matmuls of one input, as Q, K and V, then merged into one);
 - an alias: a reshape-like node of a tensor that is not fused (the same bytes);
 - the LSTM's kernels (`lower_lstm.py`);
 - or a te lowering (`lowerings.py`), grouped with its neighbours into one kernel by the
@@ -9,14 +9,16 @@
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from tunekit import te
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node
 
-from . import lower_conv_transpose, lower_lstm
-from .anchors import Anchors, batchnorm_factors
+from . import lower_conv_transpose, lower_layout, lower_lstm
+from .anchors import Anchors, Fused, batchnorm_factors
 from .context import ONNX_DTYPES, attrs_of
 from .fuse import RESHAPES, TeItem, fuse, group_name, group_tensors
 from .load import check_dtypes, load, node_name
@@ -170,7 +172,47 @@ class _Converter:
 
     # --- the graph ---------------------------------------------------------------------------------------------
 
+    def _merge_siblings(self, outputs: list[str]) -> None:
+        """Matmuls of constant weights that read the same data (a transformer's Q, K and V
+        projections) become one matmul of their weights side by side: one kernel, one pass
+        over the data, N = the sum. Each one's output is a column range of it, read in place
+        by its consumers (a Slice item, fused into them)."""
+        groups: dict[tuple, list[Fused]] = {}
+        for it in self.items:
+            if isinstance(it, Fused) and it.op == "matmul" and it.residual is None and it.args["activation"] == "none":
+                groups.setdefault((it.data, it.args["M"], it.args["K"], it.bias is not None), []).append(it)
+        # an output that stays a tensor of its own (a graph output, an anchor's input) is not merged
+        kept = set(outputs) | {i for it in self.items if not isinstance(it, TeItem) for i in it.node().inputs}
+        for (*_, has_bias), sib in groups.items():
+            sib = [f for f in sib if f.output not in kept]
+            if len(sib) < 2:
+                continue
+            at = min(self.items.index(f) for f in sib)
+            merged = copy.copy(sib[0])
+            merged.output = out = f"{sib[0].output}/merged"
+            merged.args = {**sib[0].args, "N": sum(f.args["N"] for f in sib)}
+            merged.weight = self.const(out + "/kn", np.concatenate([self.consts[f.weight] for f in sib], axis=1))
+            merged.bias = self.const(out + "/bias", np.concatenate([self.consts[f.bias] for f in sib])) \
+                if has_bias else None
+            self.items = [it for it in self.items if it not in sib]
+            self.items.insert(at, merged)
+            self.made[out], self.consumers[out] = merged, len(sib)
+            self.shapes[out], self.dtypes[out] = (*self.shapes[sib[0].output][:-1], merged.args["N"]), "float32"
+            start, k = 0, at + 1
+            for f in sib:
+                item = TeItem("Slice", f.name, {}, [out], [f.output], 0, _columns(start, f.args["N"]), "injective")
+                self.items.insert(k, item)
+                self.made[f.output], k, start = item, k + 1, start + f.args["N"]
+                # a reshape of it was an alias (of an anchor's output); now it reshapes a te item
+                for a in [a for a, base in self.alias.items() if base == f.output]:
+                    del self.alias[a]
+                    self.consumers[f.output] += 1 - self.consumers.get(a, 0)
+                    self.items.insert(k, TeItem("Reshape", a, {}, [f.output], [a], 0, lower_layout.reshape,
+                                                "injective"))
+                    self.made[a], k = self.items[k], k + 1
+
     def graph(self, inputs: dict, outputs: list[str]) -> Graph:
+        self._merge_siblings([self.name(o) for o in outputs])
         fuse(self.items, self.made, self.consumers)
         for it in self.items:   # a reshape-like node left alone is an alias after all
             if isinstance(it, TeItem) and it.root is it and it.members == [it] and it.op_type in RESHAPES:
@@ -194,6 +236,14 @@ class _Converter:
         shapes = {**self.shapes, **{name: shape for name, (shape, _) in inputs.items()}}
         return Graph(inputs, constants, nodes, [self.name(o) for o in outputs], shapes,
                      [self.shapes[o] for o in outputs], views=self.views, input_bounds=bounds)
+
+
+def _columns(start: int, width: int):
+    """The lowering of columns [start, start + width) of a tensor's last axis."""
+    def lower(cx) -> list[te.Tensor]:
+        x = cx.tensor(0)
+        return [te.compute((*x.shape[:-1], width), lambda *i: x[(*i[:-1], i[-1] + start)], name="columns")]
+    return lower
 
 
 class _Renamed:
