@@ -85,11 +85,12 @@ class Anchors:
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1 or a.get("beta", 1.0) != 1:
                 return None
             weight = cv.consts[w] if a.get("transB", 0) else cv.consts[w].T   # [out, in]
-            M = shape[0]   # of [M, K], or of [M, K, 1, 1] read through a Flatten
         else:
             if len(shape) < 2:
                 return None
-            weight, M = cv.consts[w].T, int(np.prod(shape[:-1]))
+            weight = cv.consts[w].T
+        # the data's rows: its shape may be that of the tensor a Reshape or Flatten aliases ([M, K, 1, 1], [1, M, K])
+        M = int(np.prod(shape)) // weight.shape[1]
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
         if bias is not None and (bias not in cv.consts or cv.consts[bias].size != weight.shape[0]):
             return None
@@ -176,7 +177,7 @@ class Anchors:
             b = cv.consts[f.bias].astype(np.float64) if f.bias else 0
             f.bias = cv.const(n.output[0] + "/bias", b + extra)
             return True
-        if cv.shapes.get(other) == shape and cv.position(other) < cv.items.index(f):
+        if _same_rows(cv.shapes.get(other), shape, f.op) and cv.position(other) < cv.items.index(f):
             f.residual = other   # computed before the conv runs
             return True
         return False
@@ -198,6 +199,16 @@ class Anchors:
             return False
         f.args["activation"] = "relu6"
         return True
+
+
+def _same_rows(other: tuple | None, shape: tuple, op: str) -> bool:
+    """Whether a residual of shape `other` adds element for element to an output of `shape`: the
+    same shape, or for a matmul or dense ([M, N] rows) the same rows in another shape (GPT-2's
+    Gemm output is reshaped to [1, T, N] before its residual Add)."""
+    if other == shape:
+        return True
+    return other is not None and op in ("matmul", "dense") and other[-1] == shape[-1] and \
+        int(np.prod(other)) == int(np.prod(shape))
 
 
 def _per_channel(const_shape: tuple, shape: tuple, axis: int) -> bool:
