@@ -145,10 +145,10 @@ def _torch(net: str, x: dict):
     tensors, in the file's input order (the modules take them positionally)."""
     import networks
     import torch
+    import transformer_nets
     torch.set_num_threads(os.cpu_count())
-    if net in TRANSFORMERS:
-        import transformer_nets as networks
-    return getattr(networks, f"{net}_module")(), [torch.from_numpy(v) for v in x.values()]
+    nets = transformer_nets if net in TRANSFORMERS else networks
+    return getattr(nets, f"{net}_module")(), [torch.from_numpy(v) for v in x.values()]
 
 
 def torch_times(net: str, x: dict) -> list[float]:

@@ -96,7 +96,6 @@ def export(net: str, path: str, seed: int = 0, **size) -> str:
     import warnings
 
     import torch
-    size.pop("mask_tail", None)
     module = _module(net, seed, **size)
     feeds = {k: torch.from_numpy(v) for k, v in inputs(net, seed, **size).items()}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):   # its progress lines

@@ -18,10 +18,9 @@ pytest.importorskip("llvmlite")
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
 import transformer_nets  # noqa: E402  (examples/, on sys.path by conftest.py; imports torch only when used)
 from onnx import TensorProto, helper  # noqa: E402
-from test_onnx_graphs import c, check, groups, save  # noqa: E402  (tests/, on sys.path: no __init__.py)
+from test_onnx_graphs import I64, F, c, check, groups, save  # noqa: E402  (tests/, on sys.path: no __init__.py)
 
 RNG = np.random.default_rng(13)
-F, I64 = TensorProto.FLOAT, TensorProto.INT64
 T, H, HEADS, D = 16, 64, 4, 16   # tokens, hidden, heads, head size
 SIZE = {"layers": 2, "hidden": H, "heads": HEADS, "intermediate": 128, "seq": T}
 

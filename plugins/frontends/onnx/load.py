@@ -99,7 +99,17 @@ _NUMPY = {"GatherElements": _gather_elements}
 
 
 def _evaluate(n, values: list, opsets, path: str) -> list[np.ndarray]:
-    """Run node `n` on constant `values` with onnx's reference implementation."""
+    """Run node `n` on constant `values` with onnx's reference implementation (numpy for the
+    node types in `_NUMPY`)."""
+    try:
+        return _NUMPY[n.op_type](n, *values) if n.op_type in _NUMPY else _reference(n, values, opsets)
+    except Exception as e:   # the evaluation's own errors: the node is bad
+        raise ModelError(f"{path}: {node_name(n)}: computing it from its constant inputs failed "
+                         f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+
+
+def _reference(n, values: list, opsets) -> list[np.ndarray]:
+    """Node `n` on `values` by onnx.reference, in a model of that node alone."""
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
     ins = [helper.make_tensor_value_info(f"in{k}", helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
@@ -111,13 +121,7 @@ def _evaluate(n, values: list, opsets, path: str) -> list[np.ndarray]:
     outs = [helper.make_empty_tensor_value_info(f"out{k}") for k in range(len(n.output))]
     graph = helper.make_graph([node], "fold", ins, outs)
     model = helper.make_model(graph, opset_imports=opsets)
-    try:
-        if n.op_type in _NUMPY:
-            return _NUMPY[n.op_type](n, *values)
-        got = ReferenceEvaluator(model).run(None, {f"in{k}": v for k, v in enumerate(values) if v is not None})
-    except Exception as e:   # the reference implementation's own errors: the node is bad
-        raise ModelError(f"{path}: {node_name(n)}: computing it from its constant inputs failed "
-                         f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+    got = ReferenceEvaluator(model).run(None, {f"in{k}": v for k, v in enumerate(values) if v is not None})
     return [numpy_helper.to_array(numpy_helper.from_array(np.asarray(v))) for v in got]
 
 
