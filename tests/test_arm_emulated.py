@@ -42,7 +42,9 @@ BLOCKED = {"conv2d": {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 8, "R": 3, "S": 3
                           "layout": "NCHW4c"},
            "avg_pool2d": {"N": 1, "C": 4, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1,
                           "layout": "NCHW4c"},
-           "global_avg_pool2d": {"N": 1, "C": 8, "H": 7, "W": 7, "layout": "NCHW4c"}}
+           "global_avg_pool2d": {"N": 1, "C": 8, "H": 7, "W": 7, "layout": "NCHW4c"},
+           "conv2d_winograd": {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 8, "R": 3, "S": 3, "padding": 1,
+                               "layout": "NCHW4c", "tile": 2}}
 EPILOGUES = [{"activation": "relu"}, {"bias": True, "residual": True, "activation": "relu6"}]
 TRIALS = 4
 
@@ -82,10 +84,11 @@ def test_every_arm_template_tunes_under_emulation_with_no_wrong_answer(tmp_path)
             ("conv2d", "nchwc"), ("depthwise_conv2d", "rows"), ("max_pool2d", "rows"), ("conv2d", "blocked"),
             ("depthwise_conv2d", "blocked"), ("max_pool2d", "blocked"), ("avg_pool2d", "rows"),
             ("avg_pool2d", "blocked"), ("global_avg_pool2d", "rows"), ("global_avg_pool2d", "blocked"),
-            ("dense", "rows"), ("group_conv2d", "direct"), ("matmul", "auto"), ("conv2d", "auto")} <= served
-    # the fused epilogues of matmul (tiled, packed), dense, conv2d (direct, nchwc, blocked), group_conv2d,
-    # depthwise (rows, blocked)
-    assert sum(has_epilogue(t.args) for t in tasks) == 9 * len(EPILOGUES) + 1
+            ("dense", "rows"), ("group_conv2d", "direct"), ("matmul", "auto"), ("conv2d", "auto"),
+            ("conv2d_winograd", "winograd")} <= served
+    # the fused epilogues of matmul (tiled, packed), dense, conv2d (direct, nchwc, blocked), conv2d_winograd,
+    # group_conv2d, depthwise (rows, blocked)
+    assert sum(has_epilogue(t.args) for t in tasks) == 10 * len(EPILOGUES) + 1
     states = tunekit.tune(tasks, target=EMULATED, trials=TRIALS, database=str(tmp_path / "arm.db"),
                           measure={"number": 1, "repeat": 2, "min_repeat_ms": 0, "warmup": 0, "retries": 0,
                                    "timeout_s": 60, "runner": {"name": "local", "warmup_s": 0}})

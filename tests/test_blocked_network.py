@@ -1,8 +1,9 @@
 """Blocked activations through a network (`tunekit.graph.layout`): on x86 the convs and
 pools of a model pass NCHW{lanes}c tensors from layer to layer with weights blocked
-at compile time; a tensor stays NCHW where it must (the model's inputs and
-feature-map outputs, channel counts that are not whole blocks); the outputs match
-onnxruntime either way, and the tasks extracted are the ones the model runs."""
+at compile time, NCHW{lanes/2}c where only half a vector divides the channels; a
+tensor stays NCHW where it must (the model's inputs and feature-map outputs, channel
+counts that neither block divides); the outputs match onnxruntime either way, and
+the tasks extracted are the ones the model runs."""
 from __future__ import annotations
 
 import warnings
@@ -55,7 +56,7 @@ def test_feature_map_outputs_and_odd_channel_counts_stay_nchw(tmp_path, x86):
     path = conv_bn_relu(tmp_path / "a.onnx")        # its output is the conv's feature map
     assert layouts(compiled(path, x86).graph) == ["NCHW"]
     b = tunekit.deploy.network.layout_block(x86)
-    odd = b + b // 2                                 # not a whole number of blocks
+    odd = b // 2 + 1                                 # not a whole number of blocks, nor of half blocks
     nodes = [conv("x", "c1", "w1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              conv("r1", "c2", "w2", pads=0), helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
              conv("r2", "d", "wd", group=2 * b), helper.make_node("GlobalAveragePool", ["d"], ["y"], name="gap")]
@@ -64,6 +65,26 @@ def test_feature_map_outputs_and_odd_channel_counts_stay_nchw(tmp_path, x86):
     net = compiled(path, x86)
     blk = f"NCHW{b}c"
     assert layouts(net.graph) == ["NCHW", f"{blk}<NCHW", blk, blk]
+    x = RNG.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-5)
+
+
+def test_channels_of_half_a_block_pass_in_half_blocks(tmp_path, x86):
+    # MobileNet-v2's 24 channels where the vector is 16: a conv writes blocks of b/2, the next
+    # reads them into blocks of b, and the depthwise conv and residual between stay in b/2
+    b = tunekit.deploy.network.layout_block(x86)
+    h = b // 2 * 3                                   # 1.5 vectors: half blocks only
+    nodes = [conv("x", "c1", "w1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             conv("r1", "c2", "w2", pads=0),
+             conv("c2", "d", "wd", group=h), helper.make_node("Add", ["d", "c2"], ["s"], name="add"),
+             conv("s", "c3", "w3", pads=0), helper.make_node("GlobalAveragePool", ["c3"], ["y"], name="gap")]
+    path = model(tmp_path / "h.onnx", nodes, [weight("w1", b, 3, 3, 3), weight("w2", h, b, 1, 1),
+                                              weight("wd", h, 1, 3, 3), weight("w3", 2 * b, h, 1, 1)],
+                 [1, 3, 9, 9], [1, 2 * b, 1, 1])
+    net = compiled(path, x86)
+    blk, half = f"NCHW{b}c", f"NCHW{b // 2}c"
+    assert layouts(net.graph) == [f"{blk}<NCHW", f"{half}<{blk}", half, f"{blk}<{half}", blk]
+    assert net.graph.nodes[2].args["residual"]
     x = RNG.standard_normal((1, 3, 9, 9)).astype(np.float32)
     np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-5)
 

@@ -79,6 +79,9 @@ BLOCKED = {
                     "layout": "NCHW16c"}],
     "global_avg_pool2d": [{"N": 1, "C": 16, "H": 7, "W": 7, "layout": "NCHW8c"},
                           {"N": 2, "C": 8, "H": 20, "W": 20, "layout": "NCHW4c"}],
+    "conv2d_winograd": [{"N": 1, "C": 16, "H": 7, "W": 10, "K_out": 32, "R": 3, "S": 3, "padding": 1, "tile": 2,
+                         "layout": "NCHW16c", "data_layout": "NCHW8c"},
+                        {"N": 2, "C": 8, "H": 11, "W": 9, "K_out": 8, "R": 3, "S": 3, "tile": 4, "layout": "NCHW4c"}],
 }
 TINY_BLOCKED = {"conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "K_out": 4, "R": 3, "S": 3, "stride": 2, "padding": 1,
                            "layout": "NCHW4c", "data_layout": "NCHW"},
@@ -88,7 +91,9 @@ TINY_BLOCKED = {"conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "K_out": 4, "R": 3, "
                                "layout": "NCHW4c"},
                 "avg_pool2d": {"N": 1, "C": 4, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1,
                                "layout": "NCHW4c"},
-                "global_avg_pool2d": {"N": 1, "C": 8, "H": 5, "W": 6, "layout": "NCHW4c"}}
+                "global_avg_pool2d": {"N": 1, "C": 8, "H": 5, "W": 6, "layout": "NCHW4c"},
+                "conv2d_winograd": {"N": 1, "C": 4, "H": 5, "W": 6, "K_out": 4, "R": 3, "S": 3, "padding": 1,
+                                    "tile": 4, "layout": "NCHW4c"}}
 
 
 def shapes(template) -> list[dict]:

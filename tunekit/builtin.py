@@ -7,6 +7,7 @@ from tunekit.hookspecs import hookimpl
 from tunekit.measure.local import LocalRunner
 from tunekit.ops.batch_matmul import batch_matmul
 from tunekit.ops.conv2d import conv2d
+from tunekit.ops.conv2d_winograd import conv2d_winograd
 from tunekit.ops.dense import dense
 from tunekit.ops.depthwise_conv2d import depthwise_conv2d
 from tunekit.ops.group_conv2d import group_conv2d
@@ -21,8 +22,8 @@ class Ops:
     @staticmethod
     @hookimpl
     def tunekit_ops():
-        return [matmul, batch_matmul, dense, conv2d, group_conv2d, depthwise_conv2d, max_pool2d, avg_pool2d,
-                global_avg_pool2d]
+        return [matmul, batch_matmul, dense, conv2d, conv2d_winograd, group_conv2d, depthwise_conv2d, max_pool2d,
+                avg_pool2d, global_avg_pool2d]
 
     @staticmethod
     @hookimpl

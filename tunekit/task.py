@@ -43,7 +43,7 @@ class Task:
         self.op = op
         self.args = op.canonical(args or {})
         self.template_name = template
-        self.templates = tuple(t.bound(op) for t in templates if t.op in (op.name, ANY_OP))
+        self.templates = tuple(t.bound(op) for t in templates if t.op == op.name or t.op == ANY_OP and op.generated)
         self.key = op.key(self.args)
         self.weight = weight
 

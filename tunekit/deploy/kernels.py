@@ -98,18 +98,22 @@ def _best_record(db: Database, ts) -> tuple[float, int] | None:
     return None
 
 
-def best_config(db: Database, task: Task, target) -> tuple[object, int] | None:
+def best_record(db: Database, task: Task, target) -> tuple[float, int, object] | None:
     """The fastest recorded config of `task` on `target`: of the template the task names,
-    else of any template that serves it. Returns (its TaskSpace, its index), or None."""
+    else of any template that serves it. Returns (its cost in seconds, its index, its
+    TaskSpace), or None."""
     found = []
     for variant in task.variants(target):
         ts = variant.bind(target)
         if (rec := _best_record(db, ts)) is not None:
             found.append((*rec, ts))
-    if not found:
-        return None
-    _, index, ts = min(found, key=lambda f: f[0])
-    return ts, index
+    return min(found, key=lambda f: f[0]) if found else None
+
+
+def best_config(db: Database, task: Task, target) -> tuple[object, int] | None:
+    """`best_record`'s (TaskSpace, index), or None."""
+    best = best_record(db, task, target)
+    return (best[2], best[1]) if best else None
 
 
 def checked_best(db: Database, row: dict) -> dict:

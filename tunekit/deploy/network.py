@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tunekit.deploy.algorithms import alternatives, choose
 from tunekit.deploy.kernels import Kernel, build
 from tunekit.errors import ArgumentError, ModelError, TunekitError
 from tunekit.graph import Graph
@@ -120,12 +121,15 @@ def for_target(graph: Graph, target) -> Graph:
     return out
 
 
-def graph_tasks(graph: Graph) -> list[tuple[Task, int]]:
-    """The distinct tuning tasks of `graph` with how many times it runs each, in order of first use."""
+def graph_tasks(graph: Graph, target=None) -> list[tuple[Task, int]]:
+    """The distinct tuning tasks of `graph` with how many times it runs each, in order of first
+    use; with `target`, each followed by the alternatives a layer may run instead there
+    (`tunekit.deploy.algorithms`), which `compile_model` picks from by their records."""
     found: dict[str, list] = {}
     for node in graph.nodes:
-        task = node_task(node).anchor()
-        found.setdefault(task.key, [task, 0])[1] += 1
+        for task in [node_task(node), *(alternatives(node, target) if target is not None else [])]:
+            task = task.anchor()
+            found.setdefault(task.key, [task, 0])[1] += 1
     return [(t, n) for t, n in found.values()]
 
 
@@ -134,8 +138,10 @@ def extract_tasks(path: str, target="x86") -> list[tuple[Task, int]]:
     many times the network runs it, in order of first use. Fused variants of one op
     and shape count as one task: they share its config space and records. The tasks
     are in the activation layout the target runs (blocked on CPUs: `layout_block`),
-    the layout `compile_model` runs them in."""
-    return graph_tasks(for_target(load_graph(path), make_component("target", target)))
+    the layout `compile_model` runs them in, with the alternatives a layer may run
+    (Winograd for 3x3 stride-1 convs: `tunekit.deploy.algorithms`)."""
+    tgt = make_component("target", target)
+    return graph_tasks(for_target(load_graph(path), tgt), tgt)
 
 
 class CompiledModel:
@@ -150,12 +156,12 @@ class CompiledModel:
     """
 
     def __init__(self, graph: Graph, target, database: str | None = None):
-        graph = for_target(graph, target)
-        self.graph, self.target = graph, target
-        keys = [node_task(node).key for node in graph.nodes]
-        kernels: dict[str, Kernel] = {}   # one per distinct (fused) task
         db = Database(database, readonly=True) if database else None
         try:
+            graph = choose(for_target(graph, target), target, db)
+            self.graph, self.target = graph, target
+            keys = [node_task(node).key for node in graph.nodes]
+            kernels: dict[str, Kernel] = {}   # one per distinct (fused) task
             for node, key in zip(graph.nodes, keys):
                 if key not in kernels:
                     kernels[key] = build(node_task(node), target=target, database=db)

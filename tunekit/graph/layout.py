@@ -1,10 +1,12 @@
 """Blocked activations through a network: rewrite a Graph so that its convolutions
 and pools pass blocked tensors ("NCHW{b}c", `tunekit.ops.layout`) from layer to
-layer, with their weights blocked once here. A tensor stays NCHW where something
-needs it so: the network's inputs and feature-map outputs, an op with no blocked
-form, a channel count that is not a whole number of blocks. A tensor of 1 x 1
-pixels is the same bytes in both layouts, so it passes between the two freely
-(a global pool's output feeding a dense layer).
+layer, with their weights blocked once here. Each tensor takes the largest block
+that divides its channels, of the target's vector (b) and half of it (MobileNet's
+24 channels go in blocks of 8 where b is 16); a conv reads its data in the block its
+producer wrote. A tensor stays NCHW where something needs it so: the network's
+inputs and feature-map outputs, an op with no blocked form, a channel count that
+neither block divides. A tensor of 1 x 1 pixels is the same bytes in every layout,
+so it passes between them freely (a global pool's output feeding a dense layer).
 """
 from __future__ import annotations
 
@@ -12,14 +14,20 @@ from dataclasses import replace
 
 from tunekit.graph import Graph, Node
 from tunekit.ops import layout as layouts
+from tunekit.ops import winograd
 
 #: the ops this pass can block (data first; a convolution's weight second, its residual last)
 LAYOUT_OPS = frozenset({"conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d"})
 
 
-def _channels_fit(node: Node, b: int) -> bool:
-    a = node.args
-    return all(c % b == 0 for c in ([a["K_out"]] if node.op == "conv2d" else [a["C"]]))
+def channel_block(channels: int, b: int) -> int:
+    """The block a tensor of `channels` takes where the target's block is `b`: b, else b / 2
+    (at least 4), else 0 (NCHW)."""
+    return next((k for k in (b, b // 2) if k >= 4 and channels % k == 0), 0)
+
+
+def _out_block(node: Node, b: int) -> int:
+    return channel_block(node.args["K_out" if node.op == "conv2d" else "C"], b)
 
 
 def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=LAYOUT_OPS) -> Graph:
@@ -28,7 +36,7 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
 
     Args:
         graph: the network, in NCHW.
-        b: the channel block (the target's vector lanes).
+        b: the largest channel block (the target's vector lanes).
         node_shapes: each node's output shape in NCHW, by output name.
         ops: the ops the target has blocked templates for (of `LAYOUT_OPS`; others stay NCHW).
     Returns:
@@ -41,8 +49,9 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
     for node in graph.nodes:
         for k, name in enumerate(node.inputs):
             readers.setdefault(name, []).append((node, k))
-    blocked = {node.output: node.op in LAYOUT_OPS and node.op in ops and _channels_fit(node, b)
-               for node in graph.nodes}
+    block = {node.output: _out_block(node, b) if node.op in LAYOUT_OPS and node.op in ops else 0
+             for node in graph.nodes}
+    blocked = {name: k > 0 for name, k in block.items()}
 
     def ok(node: Node) -> bool:
         if node.op != "conv2d" and not _reads_blocked(node.inputs[0]):
@@ -71,13 +80,17 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
         if not blocked[node.output]:
             nodes.append(node)
             continue
-        args, inputs = {**node.args, "layout": layouts.blocked(b)}, list(node.inputs)
+        k = block[node.output]
+        args, inputs = {**node.args, "layout": layouts.blocked(k)}, list(node.inputs)
         if node.op == "conv2d":
-            if not _reads_blocked(inputs[0]) or node.args["C"] % b:
-                args["data_layout"] = "NCHW"
-            inputs[1] = _blocked_weight(constants, inputs[1], b, layouts.conv_weight)
+            # the data in its producer's block (a 1 x 1 tensor: any block, so the conv's input channels')
+            data = inputs[0]
+            db = block[data] if blocked.get(data) else channel_block(node.args["C"], b) if data in pixel else 0
+            if db != k:
+                args["data_layout"] = layouts.blocked(db)
+            inputs[1] = _blocked_weight(constants, inputs[1], k, layouts.conv_weight)
         elif node.op == "depthwise_conv2d":
-            inputs[1] = _blocked_weight(constants, inputs[1], b, layouts.depthwise_weight)
+            inputs[1] = _blocked_weight(constants, inputs[1], k, layouts.depthwise_weight)
         nodes.append(Node(node.op, args, inputs, node.output, node.name, node.kind))
     out = Graph(graph.inputs, constants, nodes, graph.outputs, graph.shapes, graph.output_shapes, views=graph.views)
     out.check()
@@ -105,4 +118,23 @@ def pack_panels(graph: Graph, nv: int) -> Graph:
             constants[key] = layouts.panels(constants[node.inputs[1]], nv)
         inputs = [node.inputs[0], key, *node.inputs[2:]]
         nodes.append(replace(node, args={**node.args, "b_panel": nv}, inputs=inputs))
+    return replace(graph, constants=constants, nodes=nodes)
+
+
+def winograd_convs(graph: Graph, tiles: dict[str, int]) -> Graph:
+    """Return `graph` with the blocked conv2d writing each tensor of `tiles` run as
+    conv2d_winograd of that tile (`tunekit.ops.winograd`), its weights transformed
+    here, once; `graph` itself is not changed."""
+    constants, nodes = dict(graph.constants), []
+    for node in graph.nodes:
+        m = tiles.get(node.output)
+        if not m:
+            nodes.append(node)
+            continue
+        b = layouts.block_of(node.args["layout"])
+        key = f"{node.inputs[1]}:winograd{m}"
+        if key not in constants:
+            constants[key] = winograd.transform_weights(layouts.conv_weight_oihw(constants[node.inputs[1]], b), m, b)
+        nodes.append(replace(node, op="conv2d_winograd", args={**node.args, "tile": m},
+                             inputs=[node.inputs[0], key, *node.inputs[2:]]))
     return replace(graph, constants=constants, nodes=nodes)

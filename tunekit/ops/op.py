@@ -45,6 +45,9 @@ class Op:
     #: reduction_size(**args) -> length of the longest reduction (scales tolerances)
     reduction_size: Callable[..., int] = lambda **a: 1
     num_outputs: int = 1
+    #: whether generic templates (`ANY_OP`: schedules generated from the computation) may schedule it;
+    #: False for an op that only its own templates make fast (conv2d_winograd's unrolled transforms)
+    generated: bool = True
 
     def canonical(self, args: dict) -> dict:
         """Return the validated args with defaults filled in.

@@ -143,7 +143,7 @@ class TaskSpec(Section):
         """Expand a model entry into its tasks in the layout `target` runs the network in."""
         if self.model is not None:
             from tunekit.deploy.network import for_target, graph_tasks
-            self._model_tasks = [t.weighted(n) for t, n in graph_tasks(for_target(self._graph, target))]
+            self._model_tasks = [t.weighted(n) for t, n in graph_tasks(for_target(self._graph, target), target)]
 
     def tasks(self) -> list[Task]:
         """Return the Tasks (`tunekit.task.Task`) this entry describes (a model's are weighted by their counts)."""

@@ -24,6 +24,10 @@ from .support import (
     value_type,
 )
 
+#: the integer operators `static` folds
+_STATIC = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+           ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "+": lambda a, b: a + b, "-": lambda a, b: a - b,
+           "*": lambda a, b: a * b, "and": lambda a, b: a and b, "or": lambda a, b: a or b}
 _ICMP = {"<", "<=", ">", ">=", "==", "!="}
 
 
@@ -219,9 +223,26 @@ class ExpressionEmitter:
         small = b.fcmp_ordered("<", b.call(self.intrinsic("llvm.fabs", [t], t, [t]), [x]), c(0.1))
         return b.select(small, near, far)
 
+    def static(self, e: ir.Expr):
+        """The value of an integer or boolean expression of constants and unrolled loop
+        variables, else None (a Winograd table's row, a padding test in an unrolled tile)."""
+        if isinstance(e, ir.Const):
+            return e.value
+        if isinstance(e, ir.Var):
+            v = self.vars.get(e)
+            return v.constant if isinstance(v, ll.Constant) and isinstance(v.constant, int) else None
+        if isinstance(e, ir.BinOp) and e.op in _STATIC and not is_float(e.a.dtype):
+            a = self.static(e.a)
+            b = None if a is None else self.static(e.b)
+            return None if b is None else _STATIC[e.op](a, b)
+        return None
+
     def select(self, e: ir.Select) -> ll.Value:
         """Speculate both sides only when that is safe: a side that loads (padding
-        reads out of bounds there) or divides by a variable is branched around."""
+        reads out of bounds there) or divides by a variable is branched around. A
+        condition known here picks its side."""
+        if (known := self.static(e.cond)) is not None:
+            return self.typed(e.t if known else e.f, e.dtype)
         if not (self.unsafe(e.t) or self.unsafe(e.f)):
             c, t, f = self.match(self.expr(e.cond), self.typed(e.t, e.dtype), self.typed(e.f, e.dtype))
             return self.b.select(c, t, f)
