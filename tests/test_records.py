@@ -80,6 +80,17 @@ def test_records_of_an_older_template_are_read_by_their_config_or_ignored(evolvi
     assert st.best.config["tile"] == best_tile(db, [32, 8, 4])
 
 
+def test_a_resumed_run_measures_again_as_many_trials_as_its_stale_records(evolving_template, tmp_path,
+                                                                            monkeypatch):
+    import json
+    db = str(tmp_path / "t.db")
+    tune(db)                                           # tiles 1, 2, 4 and 8
+    monkeypatch.setitem(VALUES, "tile", [32, 16, 8, 4])
+    with pytest.warns(TunekitWarning, match=r"2 records of matmul\[evolving\]"):
+        (st,) = tune(db)   # the same run resumed: its records of tiles 1 and 2 no longer count as done
+    assert sorted(json.loads(c)["tile"] for c, _, _ in rows(db)) == [1, 2, 4, 8, 16, 32] and st.done == 4
+
+
 def test_tunekit_best_names_the_ignored_records(evolving_template, tmp_path, monkeypatch, capsys):
     db = str(tmp_path / "t.db")
     tune(db)

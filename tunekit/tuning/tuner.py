@@ -48,6 +48,7 @@ class TaskState:
     own: set = field(default_factory=set)          # row ids this process wrote
     default: int = 0               # the template's untuned config (`ConfigSpace.default`)
     stale: int = 0                 # records of an older version of the template (their config is not in the space)
+    stale_in_run: int = 0          # of those, the ones this run made (they do not count as done: tuned again)
 
     @property
     def tuner_share(self) -> float:
@@ -103,18 +104,19 @@ class Tuner:
     def _sync(self, st: TaskState, db: Database) -> None:
         """Take in the trials other processes recorded for this task since the last
         look, and count the run's trials across processes."""
-        for rid, _, trial in db.new_trials(st.key, st.last_id):
+        for rid, run, trial in db.new_trials(st.key, st.last_id):
             st.last_id = rid
             if rid in st.own:
                 continue
             now = st.ts.current(trial)   # another process's, or an earlier run's
             if now is None:
                 st.stale += 1
+                st.stale_in_run += run == self.run_id
                 continue
             if now is not trial:   # measured in an older space that holds its config too: index it in today's
                 db.rekey(rid, now.index, now.space)
             st.add(now, False)
-        st.done = db.count(st.key, self.run_id)
+        st.done = db.count(st.key, self.run_id) - st.stale_in_run
 
     def _propose(self, st: TaskState, n: int) -> list[int]:
         # the template's untuned default is measured first, so that a task's best is never worse than
@@ -242,7 +244,8 @@ class Tuner:
             picks = self._propose(st, n)
             if not picks:
                 return None
-            got, taken = db.claim(st.key, self.run_id, picks, limit, st.ts.space.fingerprint())
+            # the database counts the run's stale records among its trials; they are not done
+            got, taken = db.claim(st.key, self.run_id, picks, limit + st.stale_in_run, st.ts.space.fingerprint())
             st.ts.measured.update(taken)   # another process measures them: never propose them again
             if got or not taken:
                 return got
