@@ -89,6 +89,25 @@ def test_channels_of_half_a_block_pass_in_half_blocks(tmp_path, x86):
     np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-5)
 
 
+def test_a_dense_reads_a_flattened_feature_map_blocked_with_its_weights_permuted(tmp_path, x86):
+    # the DQN's head: conv -> conv -> Flatten -> Gemm; the convs stay blocked, and the Gemm's
+    # weights follow the blocked order of the elements it reads
+    b = tunekit.deploy.network.layout_block(x86)
+    nodes = [conv("x", "c1", "w1", stride=2), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             conv("r1", "c2", "w2", pads=0), helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("Flatten", ["r2"], ["f"], name="flat", axis=1),
+             helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], name="fc", transB=1)]
+    path = model(tmp_path / "d.onnx", nodes, [weight("w1", b, 4, 3, 3), weight("w2", 2 * b, b, 3, 3),
+                                              weight("fc", 10, 2 * b * 3 * 3), weight("fcb", 10)],
+                 [1, 4, 10, 10], [1, 10])
+    net = compiled(path, x86)
+    blk = f"NCHW{b}c"
+    assert layouts(net.graph) == [f"{blk}<NCHW", blk, "NCHW"]
+    assert net.graph.nodes[2].inputs[1].endswith(blk)     # the permuted weights
+    x = RNG.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-4)
+
+
 def test_a_residual_read_in_nchw_keeps_its_conv_nchw(tmp_path):
     from test_onnx import residual_block
     graph = tunekit.deploy.network.load_graph(residual_block(tmp_path / "m.onnx"))

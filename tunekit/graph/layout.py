@@ -6,11 +6,15 @@ that divides its channels, of the target's vector (b) and half of it (MobileNet'
 producer wrote. A tensor stays NCHW where something needs it so: the network's
 inputs and feature-map outputs, an op with no blocked form, a channel count that
 neither block divides. A tensor of 1 x 1 pixels is the same bytes in every layout,
-so it passes between them freely (a global pool's output feeding a dense layer).
+so it passes between them freely (a global pool's output feeding a dense layer); a
+dense of constant weights reads any blocked feature map flattened, its weights
+permuted here to the blocked order (DQN's conv -> Flatten -> Gemm).
 """
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
 
 from tunekit.graph import Graph, Node
 from tunekit.ops import layout as layouts
@@ -63,7 +67,12 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
         # every reader of the output takes it blocked (a conv's data may be either only if the conv is blocked)
         return node.output in pixel or all(blocked[r.output] and (k == 0 or r.args.get("residual")
                                                                   and k == len(r.inputs) - 1)
-                                           for r, k in readers.get(node.output, []))
+                                           or _flattens(r, k) for r, k in readers.get(node.output, []))
+
+    def _flattens(reader: Node, k: int) -> bool:
+        """A dense reading the tensor flattened, with constant weights: they are permuted to match."""
+        return (reader.op == "dense" and k == 0 and reader.inputs[1] in graph.constants
+                and reader.args["M"] == shapes[reader.inputs[0]][0])
 
     def _reads_blocked(name: str) -> bool:
         return blocked.get(name, False) or name in pixel
@@ -77,6 +86,13 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
 
     constants, nodes = dict(graph.constants), []
     for node in graph.nodes:
+        data = node.inputs[0] if node.inputs else None
+        if node.op == "dense" and blocked.get(data) and data not in pixel:
+            key = f"{node.inputs[1]}:{layouts.blocked(block[data])}"
+            if key not in constants:   # its K axis in the order of the blocked tensor's elements
+                constants[key] = _flat_blocked(constants[node.inputs[1]], shapes[data], block[data])
+            nodes.append(replace(node, inputs=[data, key, *node.inputs[2:]]))
+            continue
         if not blocked[node.output]:
             nodes.append(node)
             continue
@@ -95,6 +111,14 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
     out = Graph(graph.inputs, constants, nodes, graph.outputs, graph.shapes, graph.output_shapes, views=graph.views)
     out.check()
     return out
+
+
+def _flat_blocked(w, shape: tuple, b: int):
+    """numpy: dense weights [N_out, C*H*W] over a flattened NCHW tensor, as weights over the
+    same tensor flattened in channel block `b`."""
+    _, C, H, W = shape
+    n = w.shape[0]
+    return np.ascontiguousarray(w.reshape(n, C // b, b, H, W).transpose(0, 1, 3, 4, 2).reshape(n, -1))
 
 
 def _blocked_weight(constants: dict, name: str, b: int, transform) -> str:
