@@ -31,8 +31,10 @@ def alternatives(node: Node, target) -> list[Task]:
 
 def choose(graph: Graph, target, db: Database | None) -> Graph:
     """`graph` with each layer that has alternatives running the fastest by the records in `db`."""
+    if db is None:
+        return graph
     tiles = {}
-    for node in graph.nodes if db is not None else []:
+    for node in graph.nodes:
         options = alternatives(node, target)
         if not options:
             continue

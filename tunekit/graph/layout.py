@@ -88,9 +88,9 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
     for node in graph.nodes:
         data = node.inputs[0] if node.inputs else None
         if node.op == "dense" and blocked.get(data) and data not in pixel:
-            key = f"{node.inputs[1]}:{layouts.blocked(block[data])}"
-            if key not in constants:   # its K axis in the order of the blocked tensor's elements
-                constants[key] = _flat_blocked(constants[node.inputs[1]], shapes[data], block[data])
+            # its K axis in the order of the blocked tensor's elements
+            key = _derived(constants, node.inputs[1], f"flat{layouts.blocked(block[data])}", _flat_blocked,
+                           shapes[data], block[data])
             nodes.append(replace(node, inputs=[data, key, *node.inputs[2:]]))
             continue
         if not blocked[node.output]:
@@ -100,13 +100,12 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
         args, inputs = {**node.args, "layout": layouts.blocked(k)}, list(node.inputs)
         if node.op == "conv2d":
             # the data in its producer's block (a 1 x 1 tensor: any block, so the conv's input channels')
-            data = inputs[0]
             db = block[data] if blocked.get(data) else channel_block(node.args["C"], b) if data in pixel else 0
             if db != k:
                 args["data_layout"] = layouts.blocked(db)
-            inputs[1] = _blocked_weight(constants, inputs[1], k, layouts.conv_weight)
+            inputs[1] = _derived(constants, inputs[1], layouts.blocked(k), layouts.conv_weight, k)
         elif node.op == "depthwise_conv2d":
-            inputs[1] = _blocked_weight(constants, inputs[1], k, layouts.depthwise_weight)
+            inputs[1] = _derived(constants, inputs[1], layouts.blocked(k), layouts.depthwise_weight, k)
         nodes.append(Node(node.op, args, inputs, node.output, node.name, node.kind))
     out = Graph(graph.inputs, constants, nodes, graph.outputs, graph.shapes, graph.output_shapes, views=graph.views)
     out.check()
@@ -121,11 +120,18 @@ def _flat_blocked(w, shape: tuple, b: int):
     return np.ascontiguousarray(w.reshape(n, C // b, b, H, W).transpose(0, 1, 3, 4, 2).reshape(n, -1))
 
 
-def _blocked_weight(constants: dict, name: str, b: int, transform) -> str:
-    key = f"{name}:{layouts.blocked(b)}"
+def _derived(constants: dict, name: str, tag: str, transform, *args) -> str:
+    """The name of constant `name` as `transform(value, *args)` (`tag` names the result), added
+    to `constants` on first use: each weight is transformed once, however many nodes read it."""
+    key = f"{name}:{tag}"
     if key not in constants:
-        constants[key] = transform(constants[name], b)
+        constants[key] = transform(constants[name], *args)
     return key
+
+
+def _winograd_weight(w, m: int, b: int):
+    """numpy: blocked conv2d weights as Winograd F(m x m, 3 x 3)'s U (`tunekit.ops.winograd`)."""
+    return winograd.transform_weights(layouts.conv_weight_oihw(w, b), m, b)
 
 
 def pack_panels(graph: Graph, nv: int) -> Graph:
@@ -137,9 +143,7 @@ def pack_panels(graph: Graph, nv: int) -> Graph:
         if node.op != "matmul" or node.args.get("b_panel") or node.inputs[1] not in graph.constants:
             nodes.append(node)
             continue
-        key = f"{node.inputs[1]}:panels{nv}"
-        if key not in constants:
-            constants[key] = layouts.panels(constants[node.inputs[1]], nv)
+        key = _derived(constants, node.inputs[1], f"panels{nv}", layouts.panels, nv)
         inputs = [node.inputs[0], key, *node.inputs[2:]]
         nodes.append(replace(node, args={**node.args, "b_panel": nv}, inputs=inputs))
     return replace(graph, constants=constants, nodes=nodes)
@@ -156,9 +160,7 @@ def winograd_convs(graph: Graph, tiles: dict[str, int]) -> Graph:
             nodes.append(node)
             continue
         b = layouts.block_of(node.args["layout"])
-        key = f"{node.inputs[1]}:winograd{m}"
-        if key not in constants:
-            constants[key] = winograd.transform_weights(layouts.conv_weight_oihw(constants[node.inputs[1]], b), m, b)
+        key = _derived(constants, node.inputs[1], f"winograd{m}", _winograd_weight, m, b)
         nodes.append(replace(node, op="conv2d_winograd", args={**node.args, "tile": m},
                              inputs=[node.inputs[0], key, *node.inputs[2:]]))
     return replace(graph, constants=constants, nodes=nodes)

@@ -24,10 +24,6 @@ from .support import (
     value_type,
 )
 
-#: the integer operators `static` folds
-_STATIC = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
-           ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "+": lambda a, b: a + b, "-": lambda a, b: a - b,
-           "*": lambda a, b: a * b, "and": lambda a, b: a and b, "or": lambda a, b: a or b}
 _ICMP = {"<", "<=", ">", ">=", "==", "!="}
 
 
@@ -231,10 +227,13 @@ class ExpressionEmitter:
         if isinstance(e, ir.Var):
             v = self.vars.get(e)
             return v.constant if isinstance(v, ll.Constant) and isinstance(v.constant, int) else None
-        if isinstance(e, ir.BinOp) and e.op in _STATIC and not is_float(e.a.dtype):
+        if isinstance(e, ir.BinOp) and not is_float(e.a.dtype):
             a = self.static(e.a)
             b = None if a is None else self.static(e.b)
-            return None if b is None else _STATIC[e.op](a, b)
+            if b is None:
+                return None
+            folded = ir.binop(e.op, ir.Const(a, e.a.dtype), ir.Const(b, e.b.dtype))   # the IR's own folding
+            return folded.value if isinstance(folded, ir.Const) else None
         return None
 
     def select(self, e: ir.Select) -> ll.Value:
