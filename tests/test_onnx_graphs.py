@@ -256,7 +256,7 @@ def test_an_lstm_runs_as_one_projection_and_one_step_task_through_views(tmp_path
     outs = {"y": ([T, 1, B, H], F), "yh": ([1, B, H], F), "yc": ([1, B, H], F)}
     net = check(save(tmp_path, nodes, inputs, outs, inits), feeds_of(inputs))
     tasks = tunekit.deploy.network.graph_tasks(net.graph)
-    assert [(t.op.name, n) for t, n in tasks][:2] == [("dense", 1), ("onnx_lstm_step", T)]
+    assert [(t.op.name, n) for t, n in tasks][:2] == [("dense", 1), ("lstm_step", T)]
 
 
 @pytest.mark.parametrize("attrs, w_shape, z_shape, out_shape", [

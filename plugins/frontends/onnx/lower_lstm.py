@@ -2,54 +2,22 @@
 
 - the input projection of every step at once: one dense (or matmul) of [T*B, I] x [4H, I]^T
   with the two biases summed (a hand-template op, tuned like any Gemm);
-- one fused kernel per step: the recurrent dense [B, H] x [H, 4H] (weights stored transposed
-  and padded, `step_tensors`) plus the gates
-  (sigmoid, tanh, the cell and hidden updates), reading its slice of the projection and
-  the previous state in place and writing its state ([h; c], [2, B, H]) into one tensor of
-  all steps (views: every step is the same computation, one task tuned for all T);
+- one `lstm_step` per step (`tunekit.ops.lstm_step`): the recurrent product and the gates
+  in one kernel, reading its slice of the projection and the previous state in place and
+  writing its state ([h; c], [2, B, H]) into one tensor of all steps (views: every step
+  is the same task, tuned once for all T); the recurrent weights regrouped once, here;
 - Y, Y_h and Y_c read out of the states by small te nodes (fused into their readers).
-ONNX's gate order is i, o, f, c.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tunekit import ir, te
+from tunekit import te
 from tunekit.graph import Node
+from tunekit.ops import lstm_step
 
 from .context import attrs_of, ident
 from .fuse import Fixed, TeItem
-
-
-def _sigmoid(x):
-    return 1.0 / (1.0 + te.exp(-x))
-
-
-def gate_width(H: int) -> int:
-    """The recurrent weights' row: 4H gates padded with zeros to a multiple of 64, so that
-    the gates vectorize in whole vectors of any width up to 4x16 lanes (650 units: 2600 -> 2624)."""
-    return -(-4 * H // 64) * 64
-
-
-def step_tensors(B: int, H: int) -> list[te.Tensor]:
-    """One step: (projection [B, 4H], state [2, B, H], recurrent weights transposed and padded
-    [H, gate_width(H)]) -> state. The weights are stored gate-contiguous, so that the
-    recurrent dense reads them in rows (a matrix-vector product at the cache's bandwidth)
-    instead of one strided element per gate."""
-    G = gate_width(H)
-    proj = te.placeholder((B, 4 * H), "projection")
-    state = te.placeholder((2, B, H), "state")
-    rec = te.placeholder((H, G), "recurrence")
-    k = te.reduce_axis(H, "k")
-    gates = te.compute((B, G), lambda b, g: te.sum(state[0, b, k] * rec[k, g], axis=k), name="gates")
-
-    def gate(b, j, q):
-        return gates[b, q * H + j] + proj[b, q * H + j]
-    cell = te.compute((B, H), lambda b, j: _sigmoid(gate(b, j, 2)) * state[1, b, j]
-                      + _sigmoid(gate(b, j, 0)) * te.tanh(gate(b, j, 3)), name="cell")
-    out = te.compute((2, B, H), lambda q, b, j: te.if_then_else(
-        ir.eq(q, 0), _sigmoid(gate(b, j, 1)) * te.tanh(cell[b, j]), cell[b, j]), name="lstm_state")
-    return [proj, state, rec, out]
 
 
 def expand(cv, n) -> None:
@@ -79,17 +47,13 @@ def expand(cv, n) -> None:
                                                       cv.consts[c0][0] if c0 else zeros]))
     states = f"{tag}/states"
     cv.shapes[states], cv.dtypes[states] = (T, 2, B, H), "float32"
-    data = te.to_data(step_tensors(B, H))
-    rec_t = np.zeros((H, gate_width(H)), np.float32)
-    rec_t[:, :4 * H] = cv.consts[r][0].T
-    rec, prev = cv.const(f"{tag}/R", rec_t), init
+    rec, prev = cv.const(f"{tag}/R", lstm_step.recurrence(cv.consts[r][0])), init
     for t in range(T):
         view, out = f"{proj}@{t}", f"{states}@{t}"
         cv.views[view] = (proj, t * B * 4 * H, (B, 4 * H))
         cv.views[out] = (states, t * 2 * B * H, (2, B, H))
         cv.shapes[out] = (2, B, H)
-        node = Node("onnx_lstm_step", {}, [view, prev, rec], out, f"{n.name or tag} step {t}", "LSTM",
-                    computation=data)
+        node = Node("lstm_step", {"B": B, "H": H}, [view, prev, rec], out, f"{n.name or tag} step {t}", "LSTM")
         cv.add_item(Fixed(node), out, (2, B, H), "float32")
         prev = out
     readers = {0: lambda s: te.compute((T, 1, B, H), lambda t, d, bb, j: s[t, 0, bb, j], name=f"{tag}_y"),
