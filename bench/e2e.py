@@ -8,6 +8,7 @@ the outputs are asserted to agree (PyTorch's and onnxruntime's before tuning,
 tunekit's tuned network's with both after).
 
     python bench/e2e.py [--quick] [--nets resnet18,mobilenet_v2,dqn,dcgan,lstm_lm] [--size 224]
+                        [--layouts rule|search]
                         [--stages 16,64] [--rounds 3]
     python bench/e2e.py --nets bert,gpt2 [--quick]
 
@@ -190,6 +191,9 @@ def main() -> None:
                     help="trials per task to tune to, in turn, after the untuned run (default 16,64; --quick 8,32; "
                          "0: untuned only)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per side")
+    ap.add_argument("--layouts", choices=("rule", "search"), default="rule",
+                    help="search: also tune each layer in the other channel blocks it may take, the compiled "
+                         "network's blocks picked per tensor by the records (the graph tuner)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "e2e"))
     a = ap.parse_args()
     stages = sorted({int(s) for s in (a.stages or ("8,32" if a.quick else "16,64")).split(",") if s} - {0})
@@ -205,7 +209,7 @@ def main() -> None:
     print(in_process(torch_report) if has_torch else "PyTorch: not installed (no PyTorch side)")
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
-    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch) for net in nets}
+    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch, a.layouts) for net in nets}
     print(f"\nwhole benchmark: {time.monotonic() - t0:.0f} s; machine load now {load_now()}")
     plot(curves, os.path.join(a.out, f"e2e_{a.size}.png"))
 
@@ -215,7 +219,8 @@ def _ms(r) -> str:
     return f"{med * 1e3:.3f} ms ({lo * 1e3:.3f}-{hi * 1e3:.3f})"
 
 
-def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: bool) -> dict:
+def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: bool,
+          layouts: str = "rule") -> dict:
     import tunekit
     torch_side = has_torch and net in TORCH_NETS
     tag = f"{net}_{size}" if net in (*SIZED, "small_net") else net   # names its file and databases
@@ -245,8 +250,8 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
             if before is not None and not os.path.exists(db):
                 copy_database(before, db)
             t0 = time.monotonic()
-            states = tunekit.tune([{"model": path}], target="x86", model="xgboost", explorer="annealing",
-                                  trials=trials, database=db, tuning={"batch_size": 8})
+            states = tunekit.tune([{"model": path, "layouts": layouts}], target="x86", model="xgboost",
+                                  explorer="annealing", trials=trials, database=db, tuning={"batch_size": 8})
             t_tune += time.monotonic() - t0
             tasks = per_task(states)
             print(f"  tuned to {trials} trials per task: {sum(t.done for t in tasks)} trials this run, "

@@ -12,6 +12,7 @@ import numpy as np
 
 from tunekit.deploy.algorithms import alternatives, choose
 from tunekit.deploy.kernels import Kernel, build
+from tunekit.deploy.layouts import choose_layouts, layout_tasks
 from tunekit.errors import ArgumentError, ModelError, TunekitError
 from tunekit.graph import Graph
 from tunekit.graph.layout import block_activations, pack_panels
@@ -101,22 +102,31 @@ def panel_width(target) -> int:
     return 2 * target.device().lanes("float32") if takes else 0
 
 
-def for_target(graph: Graph, target) -> Graph:
-    """`graph` in the activation layout `target` runs best (`layout_block`), its constant
-    matmul weights packed (`panel_width`); a ModelError naming the file and the node if
-    `target` cannot run a node (its dtype, its memory)."""
+def _prepared(graph: Graph, target) -> Graph:
+    """`graph` checked against `target` (a ModelError naming the file and the node where it
+    cannot run a node: its dtype, its memory), its constant matmul weights packed."""
     seen = set()
     for node in graph.nodes:
         task = node_task(node)
         if task.key not in seen and (why := target.check_task(task)):
             raise _node_error(graph, node, why)
         seen.add(task.key)
-    if nv := panel_width(target):
-        graph = pack_panels(graph, nv)
+    nv = panel_width(target)
+    return pack_panels(graph, nv) if nv else graph
+
+
+def for_target(graph: Graph, target, db: Database | None = None) -> Graph:
+    """`graph` in the activation layout `target` runs best, its constant matmul weights
+    packed (`panel_width`); a ModelError naming the file and the node if `target` cannot
+    run a node. The layout: channel blocks of `layout_block`, or with `db`, the blocks
+    per tensor that the graph tuner picks by the records (`tunekit.deploy.layouts`)."""
+    graph = _prepared(graph, target)
     b = layout_block(target)
     if not b:
         return graph
-    out = block_activations(graph, b, node_shapes(graph), blocked_ops(target))
+    shapes, ops = node_shapes(graph), blocked_ops(target)
+    blocks = choose_layouts(graph, b, shapes, ops, target, db) if db is not None else None
+    out = block_activations(graph, b, shapes, ops, blocks)
     out.source = graph.source
     return out
 
@@ -133,15 +143,32 @@ def graph_tasks(graph: Graph, target=None) -> list[tuple[Task, int]]:
     return [(t, n) for t, n in found.values()]
 
 
-def extract_tasks(path: str, target="x86") -> list[tuple[Task, int]]:
+def network_tasks(graph: Graph, target, search_layouts: bool = False) -> list[tuple[Task, int]]:
+    """`graph_tasks` of `graph` (as loaded) on `target`; with `search_layouts`, followed by
+    the tasks of the other channel blocks its layers may take (once each), from whose
+    records `compile_model` picks a layout per tensor (`tunekit.deploy.layouts`)."""
+    tasks = graph_tasks(for_target(graph, target), target)
+    b = layout_block(target)
+    if search_layouts and b:
+        prepared = _prepared(graph, target)
+        seen = {t.key for t, _ in tasks}
+        for task in layout_tasks(prepared, b, node_shapes(prepared), blocked_ops(target), target):
+            if (task := task.anchor()).key not in seen:
+                seen.add(task.key)
+                tasks.append((task, 1))
+    return tasks
+
+
+def extract_tasks(path: str, target="x86", search_layouts: bool = False) -> list[tuple[Task, int]]:
     """Return the distinct tuning tasks of the model at `path` on `target`, each with how
     many times the network runs it, in order of first use. Fused variants of one op
     and shape count as one task: they share its config space and records. The tasks
     are in the activation layout the target runs (blocked on CPUs: `layout_block`),
     the layout `compile_model` runs them in, with the alternatives a layer may run
-    (Winograd for 3x3 stride-1 convs: `tunekit.deploy.algorithms`)."""
+    (Winograd for 3x3 stride-1 convs: `tunekit.deploy.algorithms`); with
+    `search_layouts`, also in the other channel blocks the graph tuner may pick."""
     tgt = make_component("target", target)
-    return graph_tasks(for_target(load_graph(path), tgt), tgt)
+    return network_tasks(load_graph(path), tgt, search_layouts)
 
 
 class CompiledModel:
@@ -158,7 +185,7 @@ class CompiledModel:
     def __init__(self, graph: Graph, target, database: str | None = None):
         db = Database(database, readonly=True) if database else None
         try:
-            graph = choose(for_target(graph, target), target, db)
+            graph = choose(for_target(graph, target, db), target, db)
             self.graph, self.target = graph, target
             keys = [node_task(node).key for node in graph.nodes]
             kernels: dict[str, Kernel] = {}   # one per distinct (fused) task

@@ -34,7 +34,25 @@ def _out_block(node: Node, b: int) -> int:
     return channel_block(node.args["K_out" if node.op == "conv2d" else "C"], b)
 
 
-def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=LAYOUT_OPS) -> Graph:
+def block_options(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=LAYOUT_OPS) -> dict[str, tuple]:
+    """The tensors `block_activations` blocks, each with the blocks it may take: the
+    rule's (`channel_block`) first, then the others of (b, b / 2) that divide its
+    channels (the graph tuner's choices, `tunekit.graph.layout_search`)."""
+    shapes, block, blocked, pixel = plan_blocks(graph, b, node_shapes, ops)
+    return {t: tuple(k for k in dict.fromkeys((block[t], b, b // 2)) if k >= 4 and shapes[t][1] % k == 0)
+            for t, on in blocked.items() if on}
+
+
+def layout_args(node: Node, block: int, data_block: int) -> dict:
+    """The args of layout op `node` writing blocks of `block`, its data (a conv's) in `data_block`."""
+    args = {**node.args, "layout": layouts.blocked(block)}
+    if node.op == "conv2d" and data_block != block:
+        args["data_layout"] = layouts.blocked(data_block)
+    return args
+
+
+def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=LAYOUT_OPS,
+                      blocks: dict[str, int] | None = None) -> Graph:
     """Return `graph` with activations in channel blocks of `b` wherever that needs no
     transpose between layers (see the module's doc); `graph` itself is not changed.
 
@@ -43,9 +61,43 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
         b: the largest channel block (the target's vector lanes).
         node_shapes: each node's output shape in NCHW, by output name.
         ops: the ops the target has blocked templates for (of `LAYOUT_OPS`; others stay NCHW).
+        blocks: a block for some of the blocked tensors (one of their `block_options`), in
+            place of the rule's.
     Returns:
         the new Graph, checked.
     """
+    shapes, block, blocked, pixel = plan_blocks(graph, b, node_shapes, ops)
+    block.update(blocks or {})
+    constants, nodes = dict(graph.constants), []
+    for node in graph.nodes:
+        data = node.inputs[0] if node.inputs else None
+        if node.op == "dense" and blocked.get(data) and data not in pixel:
+            # its K axis in the order of the blocked tensor's elements
+            key = _derived(constants, node.inputs[1], f"flat{layouts.blocked(block[data])}", _flat_blocked,
+                           shapes[data], block[data])
+            nodes.append(replace(node, inputs=[data, key, *node.inputs[2:]]))
+            continue
+        if not blocked[node.output]:
+            nodes.append(node)
+            continue
+        k = block[node.output]
+        inputs = list(node.inputs)
+        # the data in its producer's block (a 1 x 1 tensor: any block, so the conv's input channels')
+        db = block[data] if blocked.get(data) else channel_block(node.args["C"], b) if data in pixel else 0
+        args = layout_args(node, k, db)
+        if node.op == "conv2d":
+            inputs[1] = _derived(constants, inputs[1], layouts.blocked(k), layouts.conv_weight, k)
+        elif node.op == "depthwise_conv2d":
+            inputs[1] = _derived(constants, inputs[1], layouts.blocked(k), layouts.depthwise_weight, k)
+        nodes.append(Node(node.op, args, inputs, node.output, node.name, node.kind))
+    out = Graph(graph.inputs, constants, nodes, graph.outputs, graph.shapes, graph.output_shapes, views=graph.views)
+    out.check()
+    return out
+
+
+def plan_blocks(graph: Graph, b: int, node_shapes: dict[str, tuple], ops) -> tuple[dict, dict, dict, set]:
+    """The rule's plan: (every tensor's shape, the rule's block of each node's output,
+    whether that output is blocked, the 1 x 1 tensors)."""
     shapes = dict(node_shapes)
     shapes.update({name: shape for name, (shape, _) in graph.inputs.items()})
     pixel = {t for t, s in shapes.items() if len(s) == 4 and s[2] == s[3] == 1}   # 1x1: either layout
@@ -84,32 +136,7 @@ def block_activations(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=L
             if blocked[node.output] and not ok(node):
                 blocked[node.output], changed = False, True
 
-    constants, nodes = dict(graph.constants), []
-    for node in graph.nodes:
-        data = node.inputs[0] if node.inputs else None
-        if node.op == "dense" and blocked.get(data) and data not in pixel:
-            # its K axis in the order of the blocked tensor's elements
-            key = _derived(constants, node.inputs[1], f"flat{layouts.blocked(block[data])}", _flat_blocked,
-                           shapes[data], block[data])
-            nodes.append(replace(node, inputs=[data, key, *node.inputs[2:]]))
-            continue
-        if not blocked[node.output]:
-            nodes.append(node)
-            continue
-        k = block[node.output]
-        args, inputs = {**node.args, "layout": layouts.blocked(k)}, list(node.inputs)
-        if node.op == "conv2d":
-            # the data in its producer's block (a 1 x 1 tensor: any block, so the conv's input channels')
-            db = block[data] if blocked.get(data) else channel_block(node.args["C"], b) if data in pixel else 0
-            if db != k:
-                args["data_layout"] = layouts.blocked(db)
-            inputs[1] = _derived(constants, inputs[1], layouts.blocked(k), layouts.conv_weight, k)
-        elif node.op == "depthwise_conv2d":
-            inputs[1] = _derived(constants, inputs[1], layouts.blocked(k), layouts.depthwise_weight, k)
-        nodes.append(Node(node.op, args, inputs, node.output, node.name, node.kind))
-    out = Graph(graph.inputs, constants, nodes, graph.outputs, graph.shapes, graph.output_shapes, views=graph.views)
-    out.check()
-    return out
+    return shapes, block, blocked, pixel
 
 
 def _flat_blocked(w, shape: tuple, b: int):

@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -63,6 +63,10 @@ class TaskSpec(Section):
                                  "for the op on the target.")
     model: str | None = Field(None, description="A model file (e.g. \"net.onnx\", relative to the recipe) instead: "
                               "its distinct tasks, each weighted by how often the network runs it.")
+    layouts: Literal["rule", "search"] = Field("rule", description="With model: \"search\" also tunes each "
+                                               "layer in the other channel blocks it may take, so that the "
+                                               "compiled model picks a block per tensor by the records (the graph "
+                                               "tuner); \"rule\": one block per target.")
     compute: str | dict | None = Field(None, description="A computation of your own instead of an op: "
                                        "\"package.module:function\", a function of args returning te tensors "
                                        "(inputs, then outputs); tuned through the generic templates (auto).")
@@ -90,6 +94,8 @@ class TaskSpec(Section):
         reg = registry()
         if self.model is not None:
             return self._network((info.context or {}).get("base", "."))
+        if self.layouts != "rule":
+            raise error([(("layouts",), "goes with model (a network's layers); drop it or add model", self.layouts)])
         if self.compute is not None:
             return self._computation(self.compute, (info.context or {}).get("base", "."))
         if self.name is not None or self.outputs is not None:
@@ -142,8 +148,9 @@ class TaskSpec(Section):
     def on_target(self, target) -> None:
         """Expand a model entry into its tasks in the layout `target` runs the network in."""
         if self.model is not None:
-            from tunekit.deploy.network import for_target, graph_tasks
-            self._model_tasks = [t.weighted(n) for t, n in graph_tasks(for_target(self._graph, target), target)]
+            from tunekit.deploy.network import network_tasks
+            self._model_tasks = [t.weighted(n) for t, n in network_tasks(self._graph, target,
+                                                                         self.layouts == "search")]
 
     def tasks(self) -> list[Task]:
         """Return the Tasks (`tunekit.task.Task`) this entry describes (a model's are weighted by their counts)."""
