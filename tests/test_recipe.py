@@ -145,8 +145,8 @@ def test_task_errors(fake):
     assert task_problems({"op": "matmul", "workload": "fake.mm"})[0].startswith(
         "recipe.toml: tasks[0]: give either op or workload, not both")
     assert task_problems({"opp": "matmul"})[0] == (
-        "recipe.toml: tasks[0].opp: unknown key 'opp' (its keys: op, args, workload, template, model, layouts, compute, "
-        "name, outputs)")
+        "recipe.toml: tasks[0].opp: unknown key 'opp' (its keys: op, args, workload, template, model, layouts, "
+        "compute, name, outputs)")
     assert problems({k: v for k, v in BASE.items() if k != "tasks"}) == [
         "recipe.toml: tasks: no tasks to tune; add [[tasks]] tables with op + args, workload or model"]
 
