@@ -48,6 +48,7 @@ SHAPES = {
     "avg_pool2d": [{"N": 1, "C": 3, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1},
                    {"N": 2, "C": 4, "H": 8, "W": 7, "R": 3, "S": 2, "padding": (1, 0), "count_include_pad": True}],
     "global_avg_pool2d": [{"N": 1, "C": 5, "H": 7, "W": 7}, {"N": 2, "C": 3, "H": 9, "W": 13}],
+    "lstm_step": [{"B": 1, "H": 37}, {"B": 2, "H": 16}],
 }
 TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N": 5, "K": 2},
         "conv2d": {"N": 1, "C": 2, "H": 5, "W": 6, "K_out": 3, "R": 3, "S": 3, "stride": 2, "padding": 1},
@@ -57,7 +58,7 @@ TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N"
         "group_conv2d": {"N": 1, "C": 4, "H": 5, "W": 6, "K_out": 6, "R": 3, "S": 3, "stride": 2, "padding": 1,
                          "groups": 2},
         "avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1},
-        "global_avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6}}
+        "global_avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6}, "lstm_step": {"B": 1, "H": 5}}
 # blocked layouts: blocks of a vector, of half one (short vectors) and of two (unrolled vectors)
 BLOCKED = {
     "conv2d": [{"N": 1, "C": 16, "H": 7, "W": 10, "K_out": 24, "R": 3, "S": 3, "padding": 1, "layout": "NCHW8c"},
@@ -82,6 +83,9 @@ BLOCKED = {
     "conv2d_winograd": [{"N": 1, "C": 16, "H": 7, "W": 10, "K_out": 32, "R": 3, "S": 3, "padding": 1, "tile": 2,
                          "layout": "NCHW16c", "data_layout": "NCHW8c"},
                         {"N": 2, "C": 8, "H": 11, "W": 9, "K_out": 8, "R": 3, "S": 3, "tile": 4, "layout": "NCHW4c"}],
+    "mbconv": [{"N": 1, "C": 16, "H": 7, "W": 10, "E": 48, "K_out": 16, "residual": True, "layout": "NCHW8c"},
+               {"N": 2, "C": 8, "H": 9, "W": 7, "E": 24, "K_out": 16, "stride": 2, "layout": "NCHW4c"},
+               {"N": 1, "C": 32, "H": 6, "W": 5, "E": 32, "K_out": 32, "expand": False, "layout": "NCHW16c"}],
 }
 TINY_BLOCKED = {"conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "K_out": 4, "R": 3, "S": 3, "stride": 2, "padding": 1,
                            "layout": "NCHW4c", "data_layout": "NCHW"},
@@ -93,7 +97,8 @@ TINY_BLOCKED = {"conv2d": {"N": 1, "C": 3, "H": 5, "W": 6, "K_out": 4, "R": 3, "
                                "layout": "NCHW4c"},
                 "global_avg_pool2d": {"N": 1, "C": 8, "H": 5, "W": 6, "layout": "NCHW4c"},
                 "conv2d_winograd": {"N": 1, "C": 4, "H": 5, "W": 6, "K_out": 4, "R": 3, "S": 3, "padding": 1,
-                                    "tile": 4, "layout": "NCHW4c"}}
+                                    "tile": 4, "layout": "NCHW4c"},
+                "mbconv": {"N": 1, "C": 4, "H": 5, "W": 6, "E": 8, "K_out": 4, "residual": True, "layout": "NCHW4c"}}
 
 
 def shapes(template) -> list[dict]:
@@ -164,7 +169,7 @@ def test_default_templates():
     names = {op: tunekit.Task(op, SHAPES[op][0]).bind(x86).template.name for op in SHAPES}
     assert names == {"matmul": "packed", "batch_matmul": "packed", "conv2d": "direct", "depthwise_conv2d": "rows",
                      "max_pool2d": "rows", "dense": "rows", "group_conv2d": "direct", "avg_pool2d": "rows",
-                     "global_avg_pool2d": "rows"}
+                     "global_avg_pool2d": "rows", "lstm_step": "panels"}
     assert {t.name for t in registry().templates if t.op == "matmul" and t.serves(x86)} >= {"tiled", "packed"}
 
 
