@@ -47,7 +47,8 @@ def test_a_residual_add_that_needs_equal_blocks_is_honoured():
     def cost(node, blocks):
         if node.output == "c" and blocks["a"] != blocks["c"]:
             return math.inf
-        return {"a": {16: 3.0, 8: 1.0}, "b": {16: 1.0, 8: 1.0}, "c": {16: 1.0, 8: 2.5}}[node.output][blocks[node.output]]
+        table = {"a": {16: 3.0, 8: 1.0}, "b": {16: 1.0, 8: 1.0}, "c": {16: 1.0, 8: 2.5}}
+        return table[node.output][blocks[node.output]]
     blocks, total = choose_blocks(nodes, options, cost)
     assert blocks["a"] == blocks["c"] and total == pytest.approx(min(3 + 1 + 1, 1 + 1 + 2.5))
 
@@ -129,7 +130,7 @@ def test_the_graph_tuners_choice_runs_and_matches_onnxruntime(tmp_path, monkeypa
     from test_onnx import reference
 
     import tunekit
-    import tunekit.deploy.layouts as layouts
+    import tunekit.deploy.algorithms as algorithms
     from tunekit.deploy.network import layout_block
     tgt = _x86_target()
     b = layout_block(tgt)
@@ -138,7 +139,7 @@ def test_the_graph_tuners_choice_runs_and_matches_onnxruntime(tmp_path, monkeypa
     def fake_best(db, task, target):   # the favoured block's records at 1 ms, the others at 2 ms
         k = int(task.args["layout"][4:-1])
         return (1e-3 if want[task.args.get("K_out", task.args.get("C"))] == k else 2e-3, 0, None)
-    monkeypatch.setattr(layouts, "best_record", fake_best)
+    monkeypatch.setattr(algorithms, "best_record", fake_best)
     path, db = _network(tmp_path), str(tmp_path / "r.db")
     tunekit.store.database.Database(db).close()   # empty: every kernel runs a default config
     with warnings.catch_warnings():

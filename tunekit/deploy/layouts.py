@@ -21,8 +21,7 @@ from tunekit.plugin.registry import task as make_task
 from tunekit.store.database import Database
 from tunekit.task import Task
 
-from .algorithms import alternatives
-from .kernels import best_record
+from .algorithms import alternatives, fastest
 
 
 def _data_block(node: Node, blocks: dict, rule: dict, pixel: set, b: int) -> int:
@@ -73,9 +72,8 @@ def choose_layouts(graph: Graph, b: int, shapes: dict, ops, target, db: Database
 
     def seconds(task: Task) -> float:
         if task.key not in memo:
-            node = Node(task.op.name, task.args, [], "")
-            recs = [r[0] for t in [task, *alternatives(node, target)] if (r := best_record(db, t, target))]
-            memo[task.key] = min(recs, default=math.nan)
+            best = fastest(db, Node(task.op.name, task.args, [], ""), target)
+            memo[task.key] = best[0] if best else math.nan
         return memo[task.key]
 
     def cost(node: Node, blocks: dict[str, int]) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tunekit.deploy.algorithms import alternatives, choose
+from tunekit.deploy.algorithms import alternatives, choose, fusions
 from tunekit.deploy.kernels import Kernel, build
 from tunekit.deploy.layouts import choose_layouts, layout_tasks
 from tunekit.errors import ArgumentError, ModelError, TunekitError
@@ -133,13 +133,17 @@ def for_target(graph: Graph, target, db: Database | None = None) -> Graph:
 
 def graph_tasks(graph: Graph, target=None) -> list[tuple[Task, int]]:
     """The distinct tuning tasks of `graph` with how many times it runs each, in order of first
-    use; with `target`, each followed by the alternatives a layer may run instead there
-    (`tunekit.deploy.algorithms`), which `compile_model` picks from by their records."""
+    use; with `target`, each followed by the alternatives a layer may run instead there, and
+    then the fused chains' (`tunekit.deploy.algorithms`), which `compile_model` picks from
+    by their records."""
     found: dict[str, list] = {}
     for node in graph.nodes:
         for task in [node_task(node), *(alternatives(node, target) if target is not None else [])]:
             task = task.anchor()
             found.setdefault(task.key, [task, 0])[1] += 1
+    for task in fusions(graph, target).values() if target is not None else []:
+        task = task.anchor()
+        found.setdefault(task.key, [task, 0])[1] += 1
     return [(t, n) for t, n in found.values()]
 
 

@@ -191,3 +191,73 @@ def winograd_convs(graph: Graph, tiles: dict[str, int]) -> Graph:
         nodes.append(replace(node, op="conv2d_winograd", args={**node.args, "tile": m},
                              inputs=[node.inputs[0], key, *node.inputs[2:]]))
     return replace(graph, constants=constants, nodes=nodes)
+
+
+def mbconv_chains(graph: Graph) -> dict[str, tuple[list[Node], dict, list[str]]]:
+    """MobileNet-v2's inverted-residual chains of blocked `graph`: [1x1 conv + bias + relu6 ->]
+    3x3 depthwise (padding 1) + bias + relu6 -> 1x1 conv + bias [+ the chain's input], each
+    inner tensor read by the next layer only, the chain's input and output in one block.
+    By the chain's output: (its nodes, the args of the `mbconv` op that computes it, its
+    inputs with the weights in NCHW: `fuse_mbconv` blocks them for the chain's block)."""
+    producer = {n.output: n for n in graph.nodes}
+    readers: dict[str, int] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            readers[name] = readers.get(name, 0) + 1
+
+    def conv1x1(n, activation):
+        return (n is not None and n.op == "conv2d" and (n.args["R"], n.args["S"]) == (1, 1)
+                and tuple(n.args["stride"]) == (1, 1) and tuple(n.args["padding"]) == (0, 0)
+                and n.args.get("groups", 1) == 1 and n.args.get("bias") and n.args.get("activation") == activation)
+
+    def nchw(key: str) -> str:   # a weight blocked by `block_activations` -> its NCHW original
+        return key.rsplit(":", 1)[0]
+
+    chains = {}
+    for c in graph.nodes:
+        d = producer.get(c.inputs[0]) if conv1x1(c, "none") else None
+        if not (d and d.op == "depthwise_conv2d" and readers[d.output] == 1 and (d.args["R"], d.args["S"]) == (3, 3)
+                and tuple(d.args["padding"]) == (1, 1) and tuple(d.args["dilation"]) == (1, 1)
+                and d.args["stride"][0] == d.args["stride"][1] in (1, 2) and d.args.get("bias")
+                and d.args.get("activation") == "relu6"):
+            continue
+        e = producer.get(d.inputs[0])
+        expand = conv1x1(e, "relu6") and readers[e.output] == 1 and not e.args.get("residual")
+        first = e if expand else d
+        data = first.inputs[0]
+        block = layouts.block_of(first.args.get("data_layout") or first.args["layout"])
+        if (not block or layouts.block_of(c.args["layout"]) != block or d.args["C"] % block
+                or c.args.get("residual") and c.inputs[-1] != data):
+            continue
+        a = first.args
+        args = dict(N=a["N"], C=a["C"], H=a["H"], W=a["W"], E=d.args["C"], K_out=c.args["K_out"], expand=expand,
+                    stride=d.args["stride"][0], residual=bool(c.args.get("residual")), layout=layouts.blocked(block),
+                    dtype=a["dtype"])
+        weights = ([nchw(e.inputs[1]), e.inputs[2]] if expand else []) + [nchw(d.inputs[1]), d.inputs[2],
+                                                                           nchw(c.inputs[1]), c.inputs[2]]
+        if all(w in graph.constants for w in weights):
+            chains[c.output] = ([e, d, c] if expand else [d, c], args, [data, *weights])
+    return chains
+
+
+def fuse_mbconv(graph: Graph, chains: dict[str, tuple[list[Node], dict, list[str]]]) -> Graph:
+    """Return `graph` with each chain of `chains` (`mbconv_chains`' entries) run as one
+    `mbconv` node, its weights blocked here, once; `graph` itself is not changed."""
+    constants, nodes, gone = dict(graph.constants), [], {n.output for ns, _, _ in chains.values() for n in ns[:-1]}
+    for node in graph.nodes:
+        if node.output in gone:
+            continue
+        if node.output not in chains:
+            nodes.append(node)
+            continue
+        members, args, inputs = chains[node.output]
+        b = layouts.block_of(args["layout"])
+
+        def blk(name: str, transform, b=b) -> str:
+            return _derived(constants, name, layouts.blocked(b), transform, b)
+        ws, conv = inputs[1:], layouts.conv_weight
+        blocked = ([blk(ws[0], conv), ws[1]] if args["expand"] else []) + [
+            blk(ws[-4], layouts.depthwise_weight), ws[-3], blk(ws[-2], conv), ws[-1]]
+        name = "+".join(n.name or n.output for n in members)
+        nodes.append(Node("mbconv", args, [inputs[0], *blocked], node.output, name, "mbconv"))
+    return replace(graph, constants=constants, nodes=nodes)
