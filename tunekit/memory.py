@@ -58,4 +58,4 @@ def arena(arrays) -> list[np.ndarray]:
 
 def misaligned(arrays) -> list[int]:
     """Positions of the numpy arrays in `arrays` whose data is not `ALIGN`-byte aligned."""
-    return [k for k, a in enumerate(arrays) if isinstance(a, np.ndarray) and a.ctypes.data % ALIGN]
+    return [k for k, a in enumerate(arrays) if isinstance(a, np.ndarray) and a.__array_interface__["data"][0] % ALIGN]

@@ -6,6 +6,8 @@ import threading
 import warnings
 from contextlib import contextmanager
 
+import numpy as np
+
 from tunekit.errors import ArgumentError, TunekitError
 from tunekit.memory import ALIGN, misaligned
 from tunekit.ops.epilogue import has_epilogue
@@ -40,9 +42,15 @@ class Kernel:
         self.template = template   #: the name of the template that scheduled it
         self.params = task.op.buffers(task.args)   #: (name, shape, dtype) of each array, in call order
         self._warned = False
+        first_out = len(self.params) - task.op.num_outputs
+        self._expected = [(shape, np.dtype(dtype), k >= first_out) for k, (_, shape, dtype) in enumerate(self.params)]
 
     def __call__(self, *arrays) -> None:
-        self._check(arrays)
+        # the fast test inline (a layer of a few microseconds is called through here); _check says what is wrong
+        if len(arrays) != len(self._expected) or not all(
+                type(a) is np.ndarray and a.shape == shape and a.dtype == dt and (f := a.flags).c_contiguous
+                and (f.writeable or not out) for a, (shape, dt, out) in zip(arrays, self._expected)):
+            self._check(arrays)
         if not self._warned and (bad := misaligned(arrays)):
             self._warned = True
             warnings.warn(f"{self.task.name}: arguments {bad} are not {ALIGN}-byte aligned, and vector loads "
