@@ -225,8 +225,8 @@ def mbconv_chains(graph: Graph) -> dict[str, tuple[list[Node], dict, list[str]]]
         expand = conv1x1(e, "relu6") and readers[e.output] == 1 and not e.args.get("residual")
         first = e if expand else d
         data = first.inputs[0]
-        block = layouts.block_of(first.args.get("data_layout") or first.args["layout"])
-        if (not block or layouts.block_of(c.args["layout"]) != block or d.args["C"] % block
+        block = layouts.block_of(first.args.get("data_layout") or first.args.get("layout"))
+        if (not block or layouts.block_of(c.args.get("layout")) != block or d.args["C"] % block
                 or c.args.get("residual") and c.inputs[-1] != data):
             continue
         a = first.args
