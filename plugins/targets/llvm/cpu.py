@@ -120,9 +120,12 @@ class _CpuTarget(tunekit.Target):
                 target = llvm.Target.from_triple(self.triple())
             except RuntimeError as e:
                 raise BuildError(f"{self.name}: LLVM has no backend for {self.triple()}: {e}") from e
+            # x86-64: the large code model, as MCJIT loads each section where its memory manager maps it;
+            # a process that has loaded many kernels can get a kernel's code and constants more than 2 GB
+            # apart, past the small model's 32-bit offsets (an assertion in RuntimeDyldELF, then abort)
+            model = "large" if self.triple().startswith("x86_64") else "small"
             self._memo["tm"] = target.create_target_machine(
-                cpu=cpu, features=features, opt=self.options.opt_level,
-                reloc="pic", codemodel="small")
+                cpu=cpu, features=features, opt=self.options.opt_level, reloc="pic", codemodel=model)
         return self._memo["tm"]
 
     def _compile(self, program: ir.Program):
