@@ -5,9 +5,9 @@ import platform
 
 import numpy as np
 import pytest
+from checks import interpreted_and_compiled
 
 import tunekit
-from tunekit.ir import interp
 from tunekit.ops import lstm_step
 
 
@@ -43,16 +43,5 @@ def test_the_template_matches_numpy_interpreted_and_compiled_in_every_config(B, 
     pytest.importorskip("llvmlite")
     tgt = tunekit.registry().component("target", "x86")()
     ts = tunekit.Task("lstm_step", dict(B=B, H=H), template="panels").bind(tgt)
-    inputs = ts.task.op.random_inputs(ts.task.args, np.random.default_rng(1))
-    ref = ts.task.op.reference(*inputs, **ts.task.args)[0]
-    rtol, atol = ts.task.op.tolerance(ts.task.args)
     for index in range(ts.space.size):
-        program = ts.program(index)
-        out = np.full(ref.shape, np.nan, np.float32)
-        interp.run(program, *inputs, out)
-        np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol)
-        arrays = [tunekit.empty(a.shape) for a in [*inputs, ref]]
-        for a, v in zip(arrays, inputs):
-            a[...] = v
-        tgt.load(tgt.build(program))(*arrays)
-        np.testing.assert_allclose(arrays[-1], ref, rtol=rtol, atol=atol)
+        interpreted_and_compiled(ts, index, tgt)

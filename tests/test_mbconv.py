@@ -10,11 +10,11 @@ import random
 
 import numpy as np
 import pytest
+from checks import interpreted_and_compiled
 
 import tunekit
 from tunekit import te
 from tunekit.errors import ArgumentError
-from tunekit.ir import interp
 from tunekit.ops import layout as layouts
 
 RNG = np.random.default_rng(11)
@@ -102,10 +102,7 @@ def _target():
 def test_the_template_matches_numpy_interpreted_and_compiled(case):
     tgt = _target()
     ts = tunekit.Task("mbconv", _args(*case), template="fused").bind(tgt)
-    op, args = ts.task.op, ts.task.args
-    inputs = op.random_inputs(args, np.random.default_rng(0))
-    ref = op.reference(*inputs, **args)[0]
-    rtol, atol = op.tolerance(args)
+    args = ts.task.args
     sample = ts.space.sample(random.Random(1), 24)
     by_kind = {}   # one group of expanded channels per task or several; padded first or per task
     for i in sample:
@@ -113,15 +110,7 @@ def test_the_template_matches_numpy_interpreted_and_compiled(case):
         by_kind.setdefault((c["tile_e"][0] > 1, c["pad_at"] if args["expand"] else "task"), i)
     assert len(by_kind) == (4 if args["expand"] else 2)
     for index in [ts.space.default(), *by_kind.values()]:
-        program = ts.program(index)
-        out = np.full(ref.shape, np.nan, np.float32)
-        interp.run(program, *inputs, out)
-        np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol, err_msg=str(ts.space.get(index)))
-        arrays = [tunekit.empty(a.shape) for a in [*inputs, ref]]
-        for a, v in zip(arrays, inputs):
-            a[...] = v
-        tgt.load(tgt.build(program))(*arrays)
-        np.testing.assert_allclose(arrays[-1], ref, rtol=rtol, atol=atol, err_msg=str(ts.space.get(index)))
+        interpreted_and_compiled(ts, index, tgt)
 
 
 @pytest.mark.parametrize("name, options, machine", [("arm-cpu", {}, 183), ("x86", {"mcpu": "haswell"}, 62)],

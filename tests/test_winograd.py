@@ -11,10 +11,10 @@ import warnings
 
 import numpy as np
 import pytest
+from checks import interpreted_and_compiled
 
 import tunekit
 from tunekit.errors import ArgumentError
-from tunekit.ir import interp
 from tunekit.ops import layout as layouts
 from tunekit.ops import winograd
 
@@ -82,21 +82,10 @@ def test_the_template_matches_numpy_interpreted_and_compiled(H, W, C, K, b, db, 
     args = dict(N=1, C=C, H=H, W=W, K_out=K, R=3, S=3, padding=padding, tile=m, layout=f"NCHW{b}c",
                 data_layout=f"NCHW{db}c", **epilogue)
     ts = tunekit.Task("conv2d_winograd", args, template="winograd").bind(tgt)
-    inputs = ts.task.op.random_inputs(ts.task.args, np.random.default_rng(0))
-    ref = ts.task.op.reference(*inputs, **ts.task.args)[0]
-    rtol, atol = ts.task.op.tolerance(ts.task.args)
     picks = {ts.space.get(i)["order"]: i for i in ts.space.sample(random.Random(1), 16)}
     assert sorted(picks) == ["channels", "tiles"]   # both kinds of parallel task
     for index in picks.values():
-        program = ts.program(index)
-        out = np.full(ref.shape, np.nan, np.float32)
-        interp.run(program, *inputs, out)
-        np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol)
-        arrays = [tunekit.empty(a.shape) for a in [*inputs, ref]]
-        for a, v in zip(arrays, inputs):
-            a[...] = v
-        tgt.load(tgt.build(program))(*arrays)
-        np.testing.assert_allclose(arrays[-1], ref, rtol=rtol, atol=atol)
+        interpreted_and_compiled(ts, index, tgt)
 
 
 def _network(tmp_path):

@@ -1,0 +1,25 @@
+"""Shared test checks: a config's program against the op's numpy reference."""
+from __future__ import annotations
+
+import numpy as np
+
+import tunekit
+from tunekit.ir import interp
+
+
+def interpreted_and_compiled(ts, index: int, tgt) -> None:
+    """Run config `index` of task space `ts` in the interpreter and compiled for `tgt`, on the
+    op's random inputs, and compare both with its reference within its tolerance."""
+    op, args = ts.task.op, ts.task.args
+    inputs = op.random_inputs(args, np.random.default_rng(index))
+    ref = op.reference(*inputs, **args)[0]
+    rtol, atol = op.tolerance(args)
+    program, where = ts.program(index), str(ts.space.get(index))
+    out = np.full(ref.shape, np.nan, ref.dtype)
+    interp.run(program, *inputs, out)
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol, err_msg=f"interpreted, {where}")
+    arrays = [tunekit.empty(a.shape, a.dtype) for a in [*inputs, ref]]
+    for a, v in zip(arrays, inputs):
+        a[...] = v
+    tgt.load(tgt.build(program))(*arrays)
+    np.testing.assert_allclose(arrays[-1], ref, rtol=rtol, atol=atol, err_msg=f"compiled, {where}")
