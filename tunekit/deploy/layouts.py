@@ -41,10 +41,10 @@ def _variant(node: Node, block: int, data_block: int, residual_block: int | None
 
 
 def _layers(graph: Graph, b: int, shapes: dict, ops) -> tuple[dict, dict, set]:
-    """(each blocked tensor's options, the rule's blocks, the 1 x 1 tensors)."""
-    options = block_options(graph, b, shapes, ops)
-    _, rule, blocked, pixel = plan_blocks(graph, b, shapes, ops)
-    return options, {t: k for t, k in rule.items() if blocked.get(t)}, pixel
+    """(each blocked tensor's options, the rule's blocks (each tensor's first option), the 1 x 1 tensors)."""
+    plan = plan_blocks(graph, b, shapes, ops)
+    options = block_options(plan, b)
+    return options, {t: o[0] for t, o in options.items()}, plan[3]
 
 
 def layout_tasks(graph: Graph, b: int, shapes: dict, ops, target) -> list[Task]:
@@ -83,11 +83,9 @@ def choose_layouts(graph: Graph, b: int, shapes: dict, ops, target, db: Database
         task = _variant(node, k, dk, blocks.get(node.inputs[-1]) if node.args.get("residual") else None)
         if task is None:
             return math.inf
-        ruled = (k, dk) == (rule[node.output], _data_block(node, {}, rule, pixel, b))
-        rule_s = seconds(make_task(node.op, layout_args(node, rule[node.output],
-                                                         _data_block(node, {}, rule, pixel, b))))
-        if math.isnan(rule_s):   # an untuned layer keeps the rule's blocks
-            return 0.0 if ruled else math.inf
+        rule_k, rule_dk = rule[node.output], _data_block(node, {}, rule, pixel, b)
+        if math.isnan(seconds(make_task(node.op, layout_args(node, rule_k, rule_dk)))):
+            return 0.0 if (k, dk) == (rule_k, rule_dk) else math.inf   # an untuned layer keeps the rule's blocks
         s = seconds(task)
         return math.inf if math.isnan(s) else s
 

@@ -120,7 +120,11 @@ def for_target(graph: Graph, target, db: Database | None = None) -> Graph:
     packed (`panel_width`); a ModelError naming the file and the node if `target` cannot
     run a node. The layout: channel blocks of `layout_block`, or with `db`, the blocks
     per tensor that the graph tuner picks by the records (`tunekit.deploy.layouts`)."""
-    graph = _prepared(graph, target)
+    return _blocked(_prepared(graph, target), target, db)
+
+
+def _blocked(graph: Graph, target, db: Database | None) -> Graph:
+    """`for_target`'s layout step, on a `_prepared` graph."""
     b = layout_block(target)
     if not b:
         return graph
@@ -136,12 +140,10 @@ def graph_tasks(graph: Graph, target=None) -> list[tuple[Task, int]]:
     use; with `target`, each followed by the alternatives a layer may run instead there, and
     then the fused chains' (`tunekit.deploy.algorithms`), which `compile_model` picks from
     by their records."""
+    on = target is not None
+    tasks = [t for node in graph.nodes for t in [node_task(node), *(alternatives(node, target) if on else [])]]
     found: dict[str, list] = {}
-    for node in graph.nodes:
-        for task in [node_task(node), *(alternatives(node, target) if target is not None else [])]:
-            task = task.anchor()
-            found.setdefault(task.key, [task, 0])[1] += 1
-    for task in fusions(graph, target).values() if target is not None else []:
+    for task in [*tasks, *(fusions(graph, target).values() if on else [])]:
         task = task.anchor()
         found.setdefault(task.key, [task, 0])[1] += 1
     return [(t, n) for t, n in found.values()]
@@ -151,10 +153,10 @@ def network_tasks(graph: Graph, target, search_layouts: bool = False) -> list[tu
     """`graph_tasks` of `graph` (as loaded) on `target`; with `search_layouts`, followed by
     the tasks of the other channel blocks its layers may take (once each), from whose
     records `compile_model` picks a layout per tensor (`tunekit.deploy.layouts`)."""
-    tasks = graph_tasks(for_target(graph, target), target)
+    prepared = _prepared(graph, target)
+    tasks = graph_tasks(_blocked(prepared, target, None), target)
     b = layout_block(target)
     if search_layouts and b:
-        prepared = _prepared(graph, target)
         seen = {t.key for t, _ in tasks}
         for task in layout_tasks(prepared, b, node_shapes(prepared), blocked_ops(target), target):
             if (task := task.anchor()).key not in seen:

@@ -34,11 +34,11 @@ def _out_block(node: Node, b: int) -> int:
     return channel_block(node.args["K_out" if node.op == "conv2d" else "C"], b)
 
 
-def block_options(graph: Graph, b: int, node_shapes: dict[str, tuple], ops=LAYOUT_OPS) -> dict[str, tuple]:
-    """The tensors `block_activations` blocks, each with the blocks it may take: the
-    rule's (`channel_block`) first, then the others of (b, b / 2) that divide its
-    channels (the graph tuner's choices, `tunekit.graph.layout_search`)."""
-    shapes, block, blocked, pixel = plan_blocks(graph, b, node_shapes, ops)
+def block_options(plan: tuple, b: int) -> dict[str, tuple]:
+    """The tensors `block_activations` blocks (by `plan_blocks`' `plan`), each with the
+    blocks it may take: the rule's (`channel_block`) first, then the others of (b, b / 2)
+    that divide its channels (the graph tuner's choices, `tunekit.graph.layout_search`)."""
+    shapes, block, blocked, _ = plan
     return {t: tuple(k for k in dict.fromkeys((block[t], b, b // 2)) if k >= 4 and shapes[t][1] % k == 0)
             for t, on in blocked.items() if on}
 
