@@ -261,6 +261,8 @@ def test_an_lstm_runs_as_one_projection_and_one_step_task_through_views(tmp_path
 
 @pytest.mark.parametrize("attrs, w_shape, z_shape, out_shape", [
     (dict(strides=[3, 2], pads=[1, 0, 2, 1], output_padding=[1, 1]), (3, 2, 4, 3), (1, 3, 5, 4), (1, 2, 14, 9)),
+    # channels last (6 channels, 5 columns a phase)
+    (dict(strides=[3, 2], pads=[1, 0, 2, 1], output_padding=[1, 1]), (3, 6, 4, 3), (1, 3, 5, 4), (1, 6, 14, 9)),
     (dict(strides=[1, 1], pads=[1, 1, 1, 1]), (3, 2, 3, 3), (1, 3, 5, 4), (1, 2, 5, 4)),
     (dict(strides=[4, 4]), (2, 3, 2, 2), (1, 2, 3, 3), (1, 3, 10, 10))])   # taps shorter than the stride: zeros
 def test_conv_transpose_phases_on_odd_shapes(tmp_path, attrs, w_shape, z_shape, out_shape):

@@ -5,7 +5,8 @@ Output row oh = q*s + r (phase r) gets the taps kh = c_r + s*a (c_r = (r + pad) 
 input rows q + d_r - a: a dense convolution over the input with a sub-kernel of the weights,
 no zeros multiplied and no division in its indexing (the generic lowering's gather form is
 left with a floor division per load, which keeps its loops from vectors). Each phase is its
-own kernel (a computation tuned through `auto`; phases of equal offsets share a task); the
+own kernel (a computation tuned through `auto`; phases of equal offsets share a task) that
+puts innermost, where it vectorizes, the longer of its output channels and columns; the
 interleave that writes them into the output is a te node, with the bias and a folded
 BatchNormalization as its per-channel scale and shift, and fuses the ReLU/Tanh after it.
 """
@@ -36,19 +37,23 @@ def _axis(size: int, out: int, k: int, s: int, pad: int, r: int) -> tuple[int, i
     return -(-(out - r) // s), taps, d - taps + 1
 
 
-def phase_tensors(N, C, H, W, K, Q, P, A, B, off_h, off_w) -> list[te.Tensor]:
-    """out[n, k, q, p] = sum x[n, c, q + off_h + a, p + off_w + b] * w[k, c, a, b], zero outside x."""
+def phase_tensors(N, C, H, W, K, Q, P, A, B, off_h, off_w, last: bool = False) -> list[te.Tensor]:
+    """out[n, k, q, p] = sum x[n, c, q + off_h + a, p + off_w + b] * w[k, c, a, b], zero outside x;
+    with `last`, channels last: out[n, q, p, k] from w[a, b, c, k]."""
     x = te.placeholder((N, C, H, W), "data")
-    w = te.placeholder((K, C, A, B), "weight")
+    w = te.placeholder((A, B, C, K) if last else (K, C, A, B), "weight")
     lo_h, lo_w = max(0, -off_h), max(0, -off_w)
     hp, wp = max(H + lo_h, Q + off_h + lo_h + A - 1), max(W + lo_w, P + off_w + lo_w + B - 1)
     pad = te.compute((N, C, hp, wp), lambda n, c, i, j: te.if_then_else(
         te.all_(i >= lo_h, i < H + lo_h, j >= lo_w, j < W + lo_w), x[n, c, i - lo_h, j - lo_w], 0.0), name="pad")
     rc, ra, rb = te.reduce_axis(C, "rc"), te.reduce_axis(A, "ra"), te.reduce_axis(B, "rb")
-    out = te.compute((N, K, Q, P), lambda n, k, q, p: te.sum(
-        pad[n, rc, q + off_h + lo_h + ra, p + off_w + lo_w + rb] * w[k, rc, ra, rb], axis=[rc, ra, rb]),
-        name="phase")
-    return [x, w, out]
+
+    def f(n, k, q, p):
+        tap = w[ra, rb, rc, k] if last else w[k, rc, ra, rb]
+        return te.sum(pad[n, rc, q + off_h + lo_h + ra, p + off_w + lo_w + rb] * tap, axis=[rc, ra, rb])
+    if last:
+        return [x, w, te.compute((N, Q, P, K), lambda n, q, p, k: f(n, k, q, p), name="phase")]
+    return [x, w, te.compute((N, K, Q, P), f, name="phase")]
 
 
 def expand(cv, n) -> None:
@@ -69,28 +74,31 @@ def expand(cv, n) -> None:
         cv.shapes[name] = (N, K, kh, kw)   # the interleave reads it as one phase (the same bytes)
         sh = sw = 1
         phases.append(name)
+    # each phase vectorizes its innermost axis: channels last where they outnumber the phase's columns
+    last = not phases and K >= -(-Wo // sw)
     for rh in range(sh if not phases else 0):
         for rw in range(sw):
             Q, A, oh = _axis(H, Ho, kh, sh, pt, rh)
             P, B, ow = _axis(W, Wo, kw, sw, pl, rw)
             name = f"{tag}/phase{rh}{rw}"
+            shape = (N, Q, P, K) if last else (N, K, Q, P)
             if min(Q, P) <= 0 or min(A, B) <= 0:   # no output, or no tap reaches it (zeros)
-                cv.consts[name] = np.zeros((N, K, max(Q, 0), max(P, 0)), np.float32)
+                cv.consts[name] = np.zeros([max(d, 0) for d in shape], np.float32)
                 cv.shapes[name] = cv.consts[name].shape
                 phases.append(name)
                 continue
             ch, cw = (rh + pt) % sh, (rw + pl) % sw
-            sub = w[:, :, ch::sh, cw::sw][:, :, ::-1, ::-1].transpose(1, 0, 2, 3)   # [K, C, A, B], flipped
-            weight = cv.const(f"{name}/w", sub)
-            data = te.to_data(phase_tensors(N, C, H, W, K, Q, P, A, B, oh, ow))
+            sub = w[:, :, ch::sh, cw::sw][:, :, ::-1, ::-1]   # [C, K, A, B], flipped
+            weight = cv.const(f"{name}/w", sub.transpose(2, 3, 0, 1) if last else sub.transpose(1, 0, 2, 3))
+            data = te.to_data(phase_tensors(N, C, H, W, K, Q, P, A, B, oh, ow, last))
             node = Node("onnx_conv_transpose_phase", {}, [x, weight], name, f"{n.name or tag} phase {rh}{rw}",
                         "ConvTranspose", computation=data)
-            cv.add_item(Fixed(node), name, (N, K, Q, P), "float32")
+            cv.add_item(Fixed(node), name, shape, "float32")
             phases.append(name)
     bias = cv.consts[n.input[2]] if len(n.input) > 2 and n.input[2] else np.zeros(K, np.float32)
     scale, shift = cv.const(f"{tag}/scale", np.ones(K)), cv.const(f"{tag}/shift", bias)
-    item = TeItem("ConvTranspose", n.name or tag, {"strides": [sh, sw]}, [*phases, scale, shift], [n.output[0]], 0,
-                  interleave, "injective")
+    item = TeItem("ConvTranspose", n.name or tag, {"strides": [sh, sw], "last": last}, [*phases, scale, shift],
+                  [n.output[0]], 0, interleave, "injective")
     cv.add_item(item, n.output[0], cv.shapes[n.output[0]], "float32")
 
 
@@ -99,13 +107,14 @@ def interleave(cx) -> list[te.Tensor]:
     per-channel scale, plus a per-channel shift (the inputs: phases, scale, shift)."""
     sh, sw = cx.attrs["strides"]
     phases = [cx.tensor(k) for k in range(sh * sw)]
+    at = (lambda t, n, k, q, p: t[n, q, p, k]) if cx.attrs["last"] else (lambda t, n, k, q, p: t[n, k, q, p])
     scale, shift = cx.tensor(sh * sw), cx.tensor(sh * sw + 1)
 
     def f(n, k, oh, ow):
         qh, qw = oh // sh, ow // sw
-        value = phases[-1][n, k, qh, qw]
+        value = at(phases[-1], n, k, qh, qw)
         for p in range(sh * sw - 2, -1, -1):
-            value = ir.select(te.all_(ir.eq(oh % sh, p // sw), ir.eq(ow % sw, p % sw)), phases[p][n, k, qh, qw],
+            value = ir.select(te.all_(ir.eq(oh % sh, p // sw), ir.eq(ow % sw, p % sw)), at(phases[p], n, k, qh, qw),
                               value)
         return value * scale[k] + shift[k]
     return [te.compute(cx.out_shapes[0], f, name=ident(cx.name))]
