@@ -259,17 +259,20 @@ def test_an_lstm_runs_as_one_projection_and_one_step_task_through_views(tmp_path
     assert [(t.op.name, n) for t, n in tasks][:2] == [("dense", 1), ("lstm_step", T)]
 
 
-@pytest.mark.parametrize("attrs, w_shape, z_shape, out_shape", [
-    (dict(strides=[3, 2], pads=[1, 0, 2, 1], output_padding=[1, 1]), (3, 2, 4, 3), (1, 3, 5, 4), (1, 2, 14, 9)),
-    # channels last (6 channels, 5 columns a phase)
-    (dict(strides=[3, 2], pads=[1, 0, 2, 1], output_padding=[1, 1]), (3, 6, 4, 3), (1, 3, 5, 4), (1, 6, 14, 9)),
-    (dict(strides=[1, 1], pads=[1, 1, 1, 1]), (3, 2, 3, 3), (1, 3, 5, 4), (1, 2, 5, 4)),
-    (dict(strides=[4, 4]), (2, 3, 2, 2), (1, 2, 3, 3), (1, 3, 10, 10))])   # taps shorter than the stride: zeros
-def test_conv_transpose_phases_on_odd_shapes(tmp_path, attrs, w_shape, z_shape, out_shape):
+@pytest.mark.parametrize("attrs, w_shape, z_shape, out_shape, last", [
+    (dict(strides=[3, 2], pads=[1, 0, 2, 1], output_padding=[1, 1]), (3, 2, 4, 3), (1, 3, 5, 4), (1, 2, 14, 9), False),
+    # channels innermost: 6 channels, 5 columns a phase
+    (dict(strides=[3, 2], pads=[1, 0, 2, 1], output_padding=[1, 1]), (3, 6, 4, 3), (1, 3, 5, 4), (1, 6, 14, 9), True),
+    (dict(strides=[1, 1], pads=[1, 1, 1, 1]), (3, 2, 3, 3), (1, 3, 5, 4), (1, 2, 5, 4), False),
+    (dict(strides=[4, 4]), (2, 3, 2, 2), (1, 2, 3, 3), (1, 3, 10, 10), True)])   # taps shorter than the stride: zeros
+def test_conv_transpose_phases_on_odd_shapes(tmp_path, attrs, w_shape, z_shape, out_shape, last):
     inputs = {"z": (list(z_shape), F)}
     nodes = [helper.make_node("ConvTranspose", ["z", "w", "b"], ["y"], **attrs)]
     inits = {"w": c(RNG.standard_normal(w_shape)), "b": c(RNG.standard_normal(w_shape[1]))}
-    check(save(tmp_path, nodes, inputs, {"y": (list(out_shape), F)}, inits), feeds_of(inputs))
+    net = check(save(tmp_path, nodes, inputs, {"y": (list(out_shape), F)}, inits), feeds_of(inputs))
+    # a phase vectorizes its innermost axis: channels where there are as many as its columns or more
+    phases = [n for n in net.graph.nodes if n.op == "onnx_conv_transpose_phase"]
+    assert phases and all(net.graph.shapes[n.output][-1 if last else 1] == out_shape[1] for n in phases)
 
 
 @pytest.mark.parametrize("device", ["avx512", "gpu"])

@@ -74,7 +74,7 @@ def expand(cv, n) -> None:
         cv.shapes[name] = (N, K, kh, kw)   # the interleave reads it as one phase (the same bytes)
         sh = sw = 1
         phases.append(name)
-    # each phase vectorizes its innermost axis: channels last where they outnumber the phase's columns
+    # each phase vectorizes its innermost axis: channels last where there are as many as its columns or more
     last = not phases and K >= -(-Wo // sw)
     for rh in range(sh if not phases else 0):
         for rw in range(sw):
