@@ -23,3 +23,19 @@ def interpreted_and_compiled(ts, index: int, tgt) -> None:
         a[...] = v
     tgt.load(tgt.build(program))(*arrays)
     np.testing.assert_allclose(arrays[-1], ref, rtol=rtol, atol=atol, err_msg=f"compiled, {where}")
+
+
+def compiled_with_costs(path: str, tgt, tmp_path, monkeypatch, seconds):
+    """`path` compiled for `tgt` as if every task's best record took `seconds(task)`: the
+    network's choices (algorithms, fused chains, layouts) follow those costs, and each
+    kernel runs its default config (the database is empty)."""
+    import warnings
+
+    import tunekit.deploy.algorithms as algorithms
+    from tunekit.store.database import Database
+    monkeypatch.setattr(algorithms, "best_record", lambda db, task, target: (seconds(task), 0, None))
+    db = str(tmp_path / "records.db")
+    Database(db).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # no records: default configs
+        return tunekit.compile_model(path, target=tgt, database=db)

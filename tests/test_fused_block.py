@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import platform
-import warnings
 
 import numpy as np
 import pytest
@@ -51,19 +50,12 @@ def test_a_network_lists_one_mbconv_task_per_chain(tmp_path):
 
 @pytest.mark.parametrize("fused_ms", [1.0, 5.0], ids=["fused-faster", "layers-faster"])
 def test_a_chain_runs_fused_exactly_when_its_record_beats_its_layers(tmp_path, monkeypatch, fused_ms):
+    from checks import compiled_with_costs
     from test_onnx import reference
-
-    import tunekit.deploy.algorithms as algorithms
-    path, tgt = _network(tmp_path), _target()
-
-    def fake_best(db, task, target):   # each layer 1 ms, so a chain's three layers 3 ms
-        return ((fused_ms if task.op.name == "mbconv" else 1.0) * 1e-3, 0, None)
-    monkeypatch.setattr(algorithms, "best_record", fake_best)
-    db = str(tmp_path / "r.db")
-    tunekit.store.database.Database(db).close()   # empty: every kernel runs a default config
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        net = tunekit.compile_model(path, target=tgt, database=db)
+    path = _network(tmp_path)
+    # each layer 1 ms, so a chain's three layers 3 ms
+    net = compiled_with_costs(path, _target(), tmp_path, monkeypatch,
+                              lambda task: (fused_ms if task.op.name == "mbconv" else 1.0) * 1e-3)
     ops = [n.op for n in net.graph.nodes]
     assert ops.count("mbconv") == (2 if fused_ms < 3 else 0)
     assert ops.count("depthwise_conv2d") == (0 if fused_ms < 3 else 2)

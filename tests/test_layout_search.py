@@ -124,27 +124,20 @@ def test_the_graph_tuner_lists_every_block_a_layer_may_take(tmp_path):
 
 @pytest.mark.parametrize("half", [False, True], ids=["rule", "half-block-middle"])
 def test_the_graph_tuners_choice_runs_and_matches_onnxruntime(tmp_path, monkeypatch, half):
-    import warnings
-
     import numpy as np
+    from checks import compiled_with_costs
     from test_onnx import reference
 
-    import tunekit
-    import tunekit.deploy.algorithms as algorithms
     from tunekit.deploy.network import layout_block
     tgt = _x86_target()
     b = layout_block(tgt)
     want = {16: b, 32: b // 2 if half else b}   # the block each tensor's records favour, by channels
 
-    def fake_best(db, task, target):   # the favoured block's records at 1 ms, the others at 2 ms
+    def seconds(task):   # the favoured block's records at 1 ms, the others at 2 ms
         k = int(task.args["layout"][4:-1])
-        return (1e-3 if want[task.args.get("K_out", task.args.get("C"))] == k else 2e-3, 0, None)
-    monkeypatch.setattr(algorithms, "best_record", fake_best)
-    path, db = _network(tmp_path), str(tmp_path / "r.db")
-    tunekit.store.database.Database(db).close()   # empty: every kernel runs a default config
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        net = tunekit.compile_model(path, target=tgt, database=db)
+        return 1e-3 if want[task.args.get("K_out", task.args.get("C"))] == k else 2e-3
+    path = _network(tmp_path)
+    net = compiled_with_costs(path, tgt, tmp_path, monkeypatch, seconds)
     got = {n.output: n.args.get("layout") for n in net.graph.nodes if n.op == "conv2d"}
     assert list(got.values()) == [f"NCHW{b}c", f"NCHW{want[32]}c", f"NCHW{b}c"]
     x = np.random.default_rng(0).standard_normal((1, 3, 9, 11)).astype(np.float32)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import platform
 import random
-import warnings
 
 import numpy as np
 import pytest
@@ -109,20 +108,12 @@ def test_a_network_lists_the_winograd_alternatives_of_its_3x3_convs(tmp_path):
 @x86
 @pytest.mark.parametrize("winner", [None, 2, 4])
 def test_a_layer_runs_winograd_exactly_when_its_record_is_faster(tmp_path, monkeypatch, winner):
+    from checks import compiled_with_costs
     from test_onnx import reference
-
-    import tunekit.deploy.algorithms as algorithms
-    path, tgt = _network(tmp_path), _target()
-
-    def fake_best(db, task, target):   # the records' costs: the winner at 1 ms, the others at 2 ms
-        tile = task.args.get("tile")
-        return (1e-3 if tile == winner else 2e-3, 0, None)
-    monkeypatch.setattr(algorithms, "best_record", fake_best)
-    db = str(tmp_path / "r.db")
-    tunekit.store.database.Database(db).close()   # empty: every kernel runs a default config
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        net = tunekit.compile_model(path, target=tgt, database=db)
+    path = _network(tmp_path)
+    # the records' costs: the winner at 1 ms, the others at 2 ms
+    net = compiled_with_costs(path, _target(), tmp_path, monkeypatch,
+                              lambda task: 1e-3 if task.args.get("tile") == winner else 2e-3)
     ops = [(n.op, n.args.get("tile")) for n in net.graph.nodes]
     assert ops[1] == (("conv2d_winograd", winner) if winner else ("conv2d", None))
     x = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32)
