@@ -204,3 +204,8 @@ class FlatPad:
             co, col = s[t].split(col, vec)
             s[t].unroll(co)
         s[t].vectorize(col)
+
+
+def widest(candidates: list, most: int) -> tuple:
+    """The candidate split with the largest inner size up to `most` (else the first)."""
+    return max((c for c in candidates if c[1] <= most), key=lambda c: c[1], default=candidates[0])

@@ -21,7 +21,7 @@ from tunekit.ops import out_size, pair
 from tunekit.ops.epilogue import Epilogue
 from tunekit.ops.layout import block_of
 
-from ._common import REDUCE_ORDERS, cdiv, covered, padded_blocks, padded_splits, registers, vectorize
+from ._common import REDUCE_ORDERS, cdiv, covered, padded_blocks, padded_splits, registers, vectorize, widest
 
 
 def _schedule_copy(s, t, lanes: int, at=None) -> None:
@@ -31,11 +31,6 @@ def _schedule_copy(s, t, lanes: int, at=None) -> None:
     else:
         s[t].compute_at(*at)
     vectorize(s, t, ci, lanes)
-
-
-def _widest(candidates: list, most: int) -> tuple:
-    """The candidate split with the largest inner size up to `most` (else the first)."""
-    return max((c for c in candidates if c[1] <= most), key=lambda c: c[1], default=candidates[0])
 
 
 def _vector_lanes(s, t, axis, lanes: int) -> None:
@@ -72,7 +67,7 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
     cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * c["tile_oc"][1] * vecs <= 2 * regs)
     # untuned: one row of pixels x up to 2 vectors of channels that fits the registers with its weights
     m0 = max((m for _, m in oc_c if m * vecs <= 2), default=oc_c[0][1])
-    cfg.prefer(tile_oc=(KB // m0, m0), tile_ow=_widest(ow_c, (regs - m0 * vecs - 2) // (m0 * vecs)))
+    cfg.prefer(tile_oc=(KB // m0, m0), tile_ow=widest(ow_c, (regs - m0 * vecs - 2) // (m0 * vecs)))
 
     oco, m = cfg["tile_oc"]
     ico, icb = cfg["tile_ic"]
@@ -136,7 +131,7 @@ def depthwise_conv2d_blocked(cfg, device, N, C, H, W, R, S, stride=1, padding=0,
     cfg.define_knob("pad_at", ["root", "block"])   # pad all channels first, or each block in its task
     regs = registers(device)
     cfg.constrain(lambda c: c["tile_oh"][1] * c["tile_ow"][1] * vecs <= regs - 2)
-    cfg.prefer(tile_ow=_widest(ow_c, (regs - 4) // vecs))   # untuned: one row, as wide as fits
+    cfg.prefer(tile_ow=widest(ow_c, (regs - 4) // vecs))   # untuned: one row, as wide as fits
 
     oho, ohr = cfg["tile_oh"]
     owo, owr = cfg["tile_ow"]

@@ -30,8 +30,7 @@ from tunekit.ops import mbconv as op
 from tunekit.ops import out_size
 from tunekit.ops.layout import block_of
 
-from ._common import balanced, cdiv, padded_splits, registers, vectorize
-from .blocked import _widest
+from ._common import balanced, cdiv, padded_splits, registers, vectorize, widest
 
 
 def _stage(t: te.Tensor, name: str) -> te.Tensor:
@@ -78,7 +77,7 @@ def mbconv(cfg, device, N, C, H, W, E, K_out, layout, expand=True, stride=1, res
     # untuned: a task a core; up to 3 vectors of output channels by the widest pixel tile of the
     # least padding that fits; the most expanded channels a task's buffers hold in L2
     m0 = max((m for _, m in k_c if m * vecs <= 3), default=k_c[0][1])
-    pref = {"tile_oh": _widest(oh_c, cdiv(OH, device.cores)), "tile_k": (KB // m0, m0),
+    pref = {"tile_oh": widest(oh_c, cdiv(OH, device.cores)), "tile_k": (KB // m0, m0),
             "tile_ow": min((t for t in ow_c if t[1] * m0 * vecs <= regs - m0 * vecs - 1),
                            key=lambda t: (t[0] * t[1], -t[1]), default=ow_c[0])}
     if expand:   # a register tile of 3 vectors (of 1 if vectors are wide) by up to 7 pixels
