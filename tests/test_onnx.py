@@ -111,6 +111,30 @@ def test_a_partly_tuned_model_warns_about_its_fallback_kernels(tmp_path):
         net(x[:, :4])
 
 
+def test_a_profile_times_each_layer_alone_and_within_whole_runs(tmp_path, monkeypatch):
+    """A layer's "seconds" are its runs one after another (as tuning times it), its "in_run"
+    its time after the layers before it in whole runs of the network: here the layers
+    advance the clock by a different amount in each situation."""
+    import types
+
+    import tunekit.deploy.network as network
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # no records: default configs
+        net = tunekit.compile_model(depthwise_block(tmp_path / "m.onnx"))
+    now, last = [0.0], [None]
+
+    def layer(k):
+        def call():   # alone (right after itself) k + 1 seconds; after another layer 5 times that
+            now[0] += (1.0 if last[0] == k else 5.0) * (k + 1)
+            last[0] = k
+        return call
+    net.calls = [layer(k) for k in range(len(net.calls))]
+    monkeypatch.setattr(network, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    rows = net.profile(repeat=3)
+    assert len(rows) == 2
+    assert [(r["seconds"], r["in_run"]) for r in rows] == [(1.0, 5.0), (2.0, 10.0)]
+
+
 def test_unsupported_nodes_are_named_all_at_once(tmp_path):
     nodes = [conv("x", "c", "w"), helper.make_node("Hardmax", ["c"], ["s"], name="hard1", axis=1),
              helper.make_node("Softsign", ["s"], ["g"], name="gate"),
@@ -149,6 +173,7 @@ def test_a_recipe_tunes_a_models_tasks_weighted_and_tunekit_run_runs_it(tmp_path
                      "--repeat", "2"]) == 0
     out, err = capsys.readouterr()
     assert "ms per run" in out and "outputs match onnxruntime" in out and "fallback" not in out and err == ""
+    assert "ms in runs" in out and " ms in runs (the gap: " in out   # each layer alone and within runs
 
 
 def pool_and_head(path, c: int = 8):

@@ -330,7 +330,8 @@ def report(args: argparse.Namespace) -> int:
          help="run a model with its tuned kernels: latency, per-layer profile, check against onnxruntime")
 def run_model(args: argparse.Namespace) -> int:
     """Compile a model with the best records of a database, run it, and print its
-    latency (median of --repeat runs), a per-layer profile and its buffer memory; when
+    latency (median of --repeat runs), a per-layer profile (each layer alone and within
+    whole runs) and its buffer memory; when
     onnxruntime is installed, check the outputs against it on the same inputs."""
     from tunekit.cli.run import run_model as run
     return run(args, _console(), _table)

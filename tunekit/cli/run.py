@@ -71,10 +71,12 @@ def run_model(args: argparse.Namespace, console, table) -> int:
     rows = net.profile()
     total = sum(r["seconds"] for r in rows) or 1.0
     console.print(table(f"{args.model}: {latency * 1e3:.3f} ms per run (median of {len(times)})",
-                        ["layer", "op", "template", "ms", "share", "GFLOPS", "config"],
-                        [[r["layer"], r["op"], r["template"], f"{r['seconds'] * 1e3:.3f}",
+                        ["layer", "op", "template", "ms", "ms in runs", "share", "GFLOPS", "config"],
+                        [[r["layer"], r["op"], r["template"], f"{r['seconds'] * 1e3:.3f}", f"{r['in_run'] * 1e3:.3f}",
                           f"{r['seconds'] / total:.0%}", f"{r['gflops']:.1f}", "tuned" if r["tuned"] else "fallback"]
                          for r in rows]))
+    console.print(f"layer sum {total * 1e3:.3f} ms alone, {sum(r['in_run'] for r in rows) * 1e3:.3f} ms in runs "
+                  "(the gap: data and weights that the run brings from memory)", markup=False)
     console.print(f"memory: activations {net.peak_bytes / 2**20:.2f} MiB (buffers reused across layers), "
                   f"weights {net.weight_bytes / 2**20:.2f} MiB", markup=False)
     console.print(matmul_share(rows), markup=False)

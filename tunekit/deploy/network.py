@@ -282,9 +282,19 @@ class CompiledModel:
         return [o.copy() for o in self._outputs]
 
     def profile(self, repeat: int = 10) -> list[dict]:
-        """Time every layer alone (median of `repeat` runs, after one warm-up) on the current buffers."""
+        """Time every layer on the current buffers, the median of `repeat` runs after one warm-up:
+        alone, run after run ("seconds", as tuning timed it: its data and weights in cache), and
+        within whole runs of the network ("in_run": its data and weights where the layers
+        before it left them; the gap between the two is memory traffic)."""
+        within: list[list[float]] = [[] for _ in self.calls]
+        for k in range(repeat + 1):
+            for call, times in zip(self.calls, within):
+                t0 = time.perf_counter()
+                call()
+                if k:
+                    times.append(time.perf_counter() - t0)
         rows = []
-        for call, (node, kernel) in zip(self.calls, self.layers):
+        for call, (node, kernel), runs in zip(self.calls, self.layers, within):
             call()
             times = []
             for _ in range(repeat):
@@ -293,7 +303,8 @@ class CompiledModel:
                 times.append(time.perf_counter() - t0)
             s = float(np.median(times))
             rows.append({"layer": node.name or node.output, "op": node.op, "template": kernel.template, "seconds": s,
-                         "gflops": kernel.task.flops / s / 1e9, "tuned": kernel.tuned})
+                         "in_run": float(np.median(runs)), "gflops": kernel.task.flops / s / 1e9,
+                         "tuned": kernel.tuned})
         return rows
 
 
