@@ -63,6 +63,9 @@ def choose(graph: Graph, target, db: Database | None) -> Graph:
         if rec and all(parts) and rec[0] < sum(p[0] for p in parts):
             fused[out] = chains[out]
     graph = fuse_mbconv(graph, fused) if fused else graph
-    tiles = {n.output: best[1] for n in graph.nodes if (best := fastest(db, n, target) if alternatives(n, target)
-                                                         else None) and best[1]}
+    tiles = {}
+    for node in graph.nodes:
+        best = fastest(db, node, target) if alternatives(node, target) else None
+        if best and best[1]:
+            tiles[node.output] = best[1]
     return winograd_convs(graph, tiles) if tiles else graph

@@ -53,6 +53,14 @@ class Graph:
         """The tensor whose memory `name` lives in (itself unless it is a view)."""
         return self.views[name][0] if name in self.views else name
 
+    def readers(self) -> dict[str, list[tuple[Node, int]]]:
+        """Every tensor's readers: (node, the index of its input that reads it), in node order."""
+        found: dict[str, list[tuple[Node, int]]] = {}
+        for node in self.nodes:
+            for k, name in enumerate(node.inputs):
+                found.setdefault(name, []).append((node, k))
+        return found
+
     def check(self) -> None:
         """Raise ValueError if a node reads a tensor nothing produced before it (a view is
         there once something wrote its base or a view of it)."""

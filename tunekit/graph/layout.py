@@ -101,10 +101,7 @@ def plan_blocks(graph: Graph, b: int, node_shapes: dict[str, tuple], ops) -> tup
     shapes = dict(node_shapes)
     shapes.update({name: shape for name, (shape, _) in graph.inputs.items()})
     pixel = {t for t, s in shapes.items() if len(s) == 4 and s[2] == s[3] == 1}   # 1x1: either layout
-    readers: dict[str, list[tuple[Node, int]]] = {}
-    for node in graph.nodes:
-        for k, name in enumerate(node.inputs):
-            readers.setdefault(name, []).append((node, k))
+    readers = graph.readers()
     block = {node.output: _out_block(node, b) if node.op in LAYOUT_OPS and node.op in ops else 0
              for node in graph.nodes}
     blocked = {name: k > 0 for name, k in block.items()}
@@ -200,10 +197,7 @@ def mbconv_chains(graph: Graph) -> dict[str, tuple[list[Node], dict, list[str]]]
     By the chain's output: (its nodes, the args of the `mbconv` op that computes it, its
     inputs with the weights in NCHW: `fuse_mbconv` blocks them for the chain's block)."""
     producer = {n.output: n for n in graph.nodes}
-    readers: dict[str, int] = {}
-    for node in graph.nodes:
-        for name in node.inputs:
-            readers[name] = readers.get(name, 0) + 1
+    readers = {name: len(r) for name, r in graph.readers().items()}
 
     def conv1x1(n, activation):
         return (n is not None and n.op == "conv2d" and (n.args["R"], n.args["S"]) == (1, 1)
