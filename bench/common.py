@@ -6,6 +6,7 @@ import math
 import multiprocessing as mp
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -14,25 +15,90 @@ _FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx
              "avx512fp16", "amx-tile", "neon", "sve", "sve2")
 
 
-def machine_report() -> str:
-    """The CPU (model, LLVM's name and features, the vector width read from the features), load, cores,
-    the BLAS kernel numpy will use (via threadpoolctl) and the FMA peak."""
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    lines = [f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {load} (1, 5, 15 min)",
-             f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '<unset>')} "
-             f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '<unset>')}"]
+def machine_facts() -> dict:
+    """The facts a figure depends on, as data: the CPU (model, LLVM's name, the features that decide which
+    kernels run, float32 lanes of its widest vectors, read from the features), cores, the load average at
+    the start (1, 5, 15 min), the OPENBLAS_* settings, numpy's BLAS kernel and the float32 FMA peak
+    measured now (None without llvmlite)."""
+    facts = {"cpu": cpu_model(), "cores": os.cpu_count(), "load": list(os.getloadavg()),
+             "openblas_env": {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+             "llvm_cpu": None, "features": [], "lanes": None, "numpy_blas": numpy_blas_report(), "fma_peak": None}
     try:
         import llvmlite.binding as llvm
-        cpu, w, _ = _peak_shape()
-        feats = llvm.get_host_cpu_features()
-        have = " ".join(f for f in _FEATURES if feats.get(f)) or "none of " + ", ".join(_FEATURES)
-        lines.append(f"CPU as LLVM sees it: {cpu}; features: {have}; widest float32 vector: {w} lanes "
-                     "(from the features)")
-        lines.append(numpy_blas_report())
-        lines.append(f"float32 FMA peak (measured now, all cores at once, {w} lanes): {fma_peak():.0f} GFLOPS")
     except ImportError:
-        lines += ["CPU features, FMA peak: (install llvmlite to see them)", numpy_blas_report()]
-    return "\n".join(lines)
+        return facts
+    cpu, w, _ = _peak_shape()
+    feats = llvm.get_host_cpu_features()
+    facts.update(llvm_cpu=cpu, features=[f for f in _FEATURES if feats.get(f)], lanes=w, fma_peak=fma_peak())
+    return facts
+
+
+def machine_report(facts: dict | None = None) -> str:
+    """`machine_facts()` (measured now unless given) as the lines every benchmark prints first."""
+    f = facts or machine_facts()
+    env = f["openblas_env"]
+    lines = [f"machine: {f['cpu']}, {f['cores']} cores, load average "
+             f"{', '.join(f'{x:.2f}' for x in f['load'])} (1, 5, 15 min)",
+             " ".join(f"{k}={v or '<unset>'}" for k, v in env.items())]
+    if f["llvm_cpu"] is None:
+        return "\n".join([*lines, "CPU features, FMA peak: (install llvmlite to see them)", f["numpy_blas"]])
+    have = " ".join(f["features"]) or "none of " + ", ".join(_FEATURES)
+    return "\n".join([*lines, f"CPU as LLVM sees it: {f['llvm_cpu']}; features: {have}; widest float32 vector: "
+                      f"{f['lanes']} lanes (from the features)", f["numpy_blas"],
+                      f"float32 FMA peak (measured now, all cores at once, {f['lanes']} lanes): "
+                      f"{f['fma_peak']:.0f} GFLOPS"])
+
+
+def versions() -> dict:
+    """The code behind a figure: tunekit's git commit (with "+dirty" when the tree has uncommitted changes
+    to tracked files) and the versions of Python and of the libraries either side may use."""
+    import platform
+    import subprocess
+    from importlib import metadata
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        commit += "+dirty" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    out = {"tunekit_commit": commit, "python": platform.python_version()}
+    for dist in ("numpy", "llvmlite", "xgboost-cpu", "onnx", "onnxruntime", "torch", "transformers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+_RUN_STARTED = time.time()   # one run = one process: every file it writes names the same start
+
+
+def write_result(name: str, facts: dict, figures: dict, started: float, results: str = RESULTS) -> str:
+    """Write one benchmark's figures as `results/<name>.json` (committed: the README's table is generated
+    from these files by bench/table.py) beside what they depend on: the command line, when it started and
+    ended (UTC) and when the run that wrote it started (the files of one run share it), the machine's facts
+    (`machine_facts()` at the start), the load at the end, `versions()`.
+
+    Returns the file's path."""
+    import json
+    import shlex
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    doc = {"command": " ".join(["python", os.path.relpath(os.path.abspath(sys.argv[0]), root),
+                                *map(shlex.quote, sys.argv[1:])]),
+           "run_started": stamp(_RUN_STARTED), "started": stamp(started), "finished": stamp(time.time()),
+           "machine": facts,
+           "load_end": list(os.getloadavg()), "versions": versions(), "figures": figures}
+    os.makedirs(results, exist_ok=True)
+    path = os.path.join(results, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return path
 
 
 def load_now() -> str:
@@ -209,13 +275,27 @@ def time_fn(fn, min_s: float = 0.2, repeat: int = 5) -> list[float]:
     return out
 
 
+class Timing(tuple):
+    """(median, min, max) over rounds of one side's timing; `.rounds` keeps every round's value, in the
+    order timed, for the results file."""
+    rounds: list
+
+    def __new__(cls, rounds: list) -> Timing:
+        t = super().__new__(cls, (statistics.median(rounds), min(rounds), max(rounds)))
+        t.rounds = list(rounds)
+        return t
+
+    def as_dict(self) -> dict:
+        return {"median": self[0], "min": self[1], "max": self[2], "rounds": self.rounds}
+
+
 def alternate(sides: dict, rounds: int = 3) -> dict:
     """Time each side in its own fresh process, `rounds` rounds, the order of the sides rotating from
     round to round (ABC, BCA, CAB, ...) so that no side always runs first or after the same one.
     sides: name -> (fn, args), fn returning a list of seconds (its repeats; [] = nothing to time).
 
-    Returns name -> (median, min, max) over the rounds of each round's median (the headline and the
-    spread: never the best round alone), or None for a side that timed nothing."""
+    Returns name -> Timing: (median, min, max) over the rounds of each round's median (the headline and
+    the spread: never the best round alone), or None for a side that timed nothing."""
     names = list(sides)
     got: dict = {k: [] for k in names}
     for r in range(rounds):
@@ -223,7 +303,7 @@ def alternate(sides: dict, rounds: int = 3) -> dict:
             fn, args = sides[name]
             if secs := in_process(fn, *args):
                 got[name].append(statistics.median(secs))
-    return {k: (statistics.median(v), min(v), max(v)) if v else None for k, v in got.items()}
+    return {k: Timing(v) if v else None for k, v in got.items()}
 
 
 _PEAK_IR = """

@@ -43,7 +43,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from common import alternate, in_process, load_now, machine_report, per_task, time_fn, torch_report
+from common import (
+    alternate,
+    in_process,
+    load_now,
+    machine_facts,
+    machine_report,
+    per_task,
+    time_fn,
+    torch_report,
+    write_result,
+)
 from networks import NETS, SIZED  # numpy only: PyTorch is imported by what calls for it
 from transformer_nets import SIZES as TRANSFORMERS
 
@@ -204,12 +214,14 @@ def main() -> None:
     if not has_torch and (skip := [n for n in nets if n not in (*SIZED, "small_net")]):
         print(f"skipping {', '.join(skip)}: writing them needs PyTorch (pip install torch==2.13.0)")
         nets = [n for n in nets if n not in skip]
-    print(machine_report())
-    print(in_process(ort_report))
-    print(in_process(torch_report) if has_torch else "PyTorch: not installed (no PyTorch side)")
+    facts = machine_facts()
+    print(machine_report(facts))
+    facts["baselines"] = [in_process(ort_report),
+                          in_process(torch_report) if has_torch else "PyTorch: not installed (no PyTorch side)"]
+    print("\n".join(facts["baselines"]))
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
-    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch, a.layouts) for net in nets}
+    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch, a.layouts, facts) for net in nets}
     print(f"\nwhole benchmark: {time.monotonic() - t0:.0f} s; machine load now {load_now()}")
     plot(curves, os.path.join(a.out, f"e2e_{a.size}.png"))
 
@@ -220,8 +232,10 @@ def _ms(r) -> str:
 
 
 def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: bool,
-          layouts: str = "rule") -> dict:
+          layouts: str, facts: dict) -> dict:
+    """Tune and time one network; write its figures to bench/results/e2e-<tag>.json. Returns the curve."""
     import tunekit
+    started = time.time()
     torch_side = has_torch and net in TORCH_NETS
     tag = f"{net}_{size}" if net in (*SIZED, "small_net") else net   # names its file and databases
     path = in_process(write_net, net, os.path.join(out, f"{tag}.onnx"), size, torch_side)
@@ -241,7 +255,11 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
     if torch_side:
         sides["pytorch"] = (torch_times, (net, x))
     points = {side: [] for side in sides}
-    t_tune, db = 0.0, None
+    t_tune, db, done = 0.0, None, 0
+    figures = {"net": net, "tag": tag, "rounds": rounds, "layouts": layouts, "stages": []}
+    if net in TRANSFORMERS:
+        import transformer_nets
+        figures["flops"] = transformer_nets.flops(net)
     for trials in (0, *stages):
         if trials:
             # each stage tunes on in its own copy of the previous stage's database (resumable, and
@@ -254,12 +272,21 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
                                   explorer="annealing", trials=trials, database=db, tuning={"batch_size": 8})
             t_tune += time.monotonic() - t0
             tasks = per_task(states)
+            done += sum(t.done for t in tasks)
+            known = sum(len(t.trials) for t in tasks)
             print(f"  tuned to {trials} trials per task: {sum(t.done for t in tasks)} trials this run, "
                   f"{sum(len(t.trials) for t in tasks)} known, over {len(tasks)} tasks ({len(states)} task-templates) "
                   f"in {time.monotonic() - t0:.0f} s (a resumed run measures only what is missing); "
                   f"tuning so far {t_tune:.0f} s")
         sides["tunekit"] = (tunekit_times, (path, db, x))
         r = alternate(sides, rounds)
+        # the trials behind the figure: this run's (all stages so far) and all the database knows; a run
+        # whose database held nothing before it is from scratch
+        figures["stages"].append({"trials_per_task": trials, "tuning_s": round(t_tune, 1),
+                                  **({"tasks": len(tasks), "trials_this_run": done, "trials_known": known,
+                                      "from_scratch": known == done} if trials else {}),
+                                  "seconds": {k: v.as_dict()
+                                              for k, v in r.items() if v}})
         for side in points:
             points[side].append((trials, r[side][0]))
         tk = r["tunekit"][0]
@@ -277,7 +304,8 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
     outs = {"onnxruntime": in_process(ort_output, path, x), "tunekit": model(**x)[0]}
     if torch_side:
         outs["pytorch"] = in_process(torch_output, net, x)
-    print("  tuned: " + check(outs, "onnxruntime"))
+    figures["check"] = check(outs, "onnxruntime")
+    print("  tuned: " + figures["check"])
     rows = model.profile(repeat=20)
     total = sum(r["seconds"] for r in rows)
     print(f"per layer of {net} (tuned):")
@@ -291,6 +319,7 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
           f"{statistics.median(run_times(model, x)) * 1e3:.3f} ms")
     from tunekit.cli.run import matmul_share
     print(f"  {matmul_share(rows)}")
+    print(f"  figures: {write_result(f'e2e-{tag}', facts, figures, started)}")
     return points
 
 

@@ -12,9 +12,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import alternate, in_process, load_now, machine_report, numpy_blas_report, per_task, time_fn
+from common import (
+    alternate,
+    in_process,
+    load_now,
+    machine_facts,
+    machine_report,
+    numpy_blas_report,
+    per_task,
+    time_fn,
+    write_result,
+)
 
 N = 1024
 FLOPS = 2 * N ** 3
@@ -55,7 +66,9 @@ def main() -> None:
     a = ap.parse_args()
     os.makedirs(os.path.dirname(a.db), exist_ok=True)
     trials = 32 if a.quick else a.trials
-    print(machine_report())
+    started = time.time()
+    facts = machine_facts()
+    print(machine_report(facts))
 
     import tunekit
     # the task is tuned over every template that serves it (the best of any is the task's)
@@ -75,6 +88,12 @@ def main() -> None:
         print(f"  {name:8s} {FLOPS / med / 1e9:7.1f} GFLOPS  ({FLOPS / hi / 1e9:.1f}-{FLOPS / lo / 1e9:.1f})")
     print(f"  ratio tunekit/numpy: {res['numpy'][0] / res['tunekit'][0]:.2f}")
     print(f"machine load now {load_now()}")
+    facts["baselines"] = [f"numpy: {in_process(numpy_blas_report)}"]
+    figures = {"flops": FLOPS, "rounds": a.rounds, "model": a.model, "explorer": a.explorer,
+               "trials_per_task": trials, "trials_this_run": t.done, "trials_known": len(t.trials),
+               "from_scratch": t.done == len(t.trials), "template": t.template,
+               "seconds": {k: v.as_dict() for k, v in res.items()}}
+    print(f"figures: {write_result('matmul', facts, figures, started)}")
 
 if __name__ == "__main__":
     main()
