@@ -333,8 +333,42 @@ def test_two_tuners_on_one_database_never_measure_a_config_twice(tmp_path):
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT config_index, run FROM trials").fetchall()
     assert len(rows) == 24 and len({r[0] for r in rows}) == 24 and len({r[1] for r in rows}) == 1
-    timed = measured.read_text().split()   # every config either process handed to the runner
+    timed = [line.split()[1] for line in measured.read_text().splitlines()]   # what either process ran
     assert sorted(timed) == sorted(r[0] for r in rows)
+
+
+def test_two_tuners_on_a_task_of_several_templates_measure_exactly_the_budget(tmp_path):
+    """The budget is the run's, over all its task's templates: two processes share it exactly, with no
+    config measured twice, however each splits it between the templates."""
+    db, measured = tmp_path / "t.db", tmp_path / "measured.txt"
+    procs = [subprocess.Popen([sys.executable, str(HERE / "tune_null.py"), str(db), "16", str(measured), "all"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        assert p.wait(300) == 0, p.stderr.read()
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT template, config_index FROM trials").fetchall()
+    assert len(rows) == 16 and len(set(rows)) == 16 and len({t for t, _ in rows}) >= 3
+    timed = [tuple(line.split()) for line in measured.read_text().splitlines()]
+    assert sorted(timed) == sorted(rows)
+
+
+def test_claims_are_per_space_and_expire_when_their_process_is_gone(tmp_path):
+    from tunekit.store.database import CLAIM_TTL_S, TaskKey
+    db = Database(str(tmp_path / "t.db"))
+    key = TaskKey("w", "null", "dev", "tmpl")
+    claim = lambda indices, space="s1", budget=8, run_budget=100: db.claim(key, "run", indices, budget, run_budget,
+                                                                          space, "code")
+    with db.conn:   # another host's process holds config 0 (alive: fresh) and held 1 (gone: not refreshed)
+        db.conn.execute("INSERT INTO claims VALUES ('w', 'null', 'dev', 'tmpl', 's1', 'code', '0', 'run', "
+                        "'elsewhere', 1, ?)", (time.time(),))
+        db.conn.execute("INSERT INTO claims VALUES ('w', 'null', 'dev', 'tmpl', 's1', 'code', '1', 'run', "
+                        "'elsewhere', 2, ?)", (time.time() - CLAIM_TTL_S - 1,))
+    assert claim([0, 1, 2]) == ([1, 2], [0])
+    assert claim([0, 3], space="s2") == ([0, 3], [])   # config 0 of another space is another config
+    # a process's claim replaces its earlier ones of the task (measured by then); the live one elsewhere counts
+    assert claim([4, 5, 6], budget=3) == ([4, 5], [])
+    assert claim([7, 8], run_budget=2) == ([7], [])   # the run's budget, over all its tasks, too
+    db.close()
 
 
 def test_a_resumed_run_measures_no_config_again(tmp_path):
@@ -342,7 +376,7 @@ def test_a_resumed_run_measures_no_config_again(tmp_path):
     for trials in ("8", "16"):   # the second run resumes the first (a budget raised, as after a stop)
         subprocess.run([sys.executable, str(HERE / "tune_null.py"), str(db), trials, str(measured)], check=True,
                        stdout=subprocess.DEVNULL, timeout=300)
-    timed = measured.read_text().split()
+    timed = measured.read_text().splitlines()
     assert len(timed) == 16 and len(set(timed)) == 16
 
 

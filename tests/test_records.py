@@ -66,7 +66,7 @@ def test_records_of_an_older_template_are_read_by_their_config_or_ignored(evolvi
     # the plugin's next version: 1 and 2 are gone, 8 and 4 change places, 32 is new
     monkeypatch.setitem(VALUES, "tile", [32, 8, 4])
     with pytest.warns(UserWarning, match=r"2 records of matmul\[evolving\] \(matmul\(.*\)\) are from an older "
-                                         r"version of the template; ignored"):
+                                         r"version of the template or of the target's code generator; ignored"):
         with tunekit.apply_history_best(db):
             kernel = tunekit.build("matmul", ARGS, target="null", template="evolving")
     assert kernel.tuned and kernel.config["tile"] == best_tile(db, [32, 8, 4])
@@ -104,12 +104,62 @@ def test_tunekit_best_names_the_ignored_records(evolving_template, tmp_path, mon
 def test_a_database_of_an_older_tunekit_is_read_and_upgraded(evolving_template, tmp_path):
     db = str(tmp_path / "old.db")
     tune(db)
-    with sqlite3.connect(db) as c:   # as tunekit wrote it before records named their space
+    with sqlite3.connect(db) as c:   # as tunekit wrote it before records named their space and code
         c.execute("ALTER TABLE trials DROP COLUMN space")
-    with tunekit.apply_history_best(db):   # read-only: the configs are looked up in today's space
-        kernel = tunekit.build("matmul", ARGS, target="null", template="evolving")
-    assert kernel.tuned and kernel.config["tile"] == best_tile(db, [1, 2, 4, 8])
-    (st,) = tune(db, seed=1)   # the tuner adds the column and measures nothing twice
-    assert st.done == 0 and st.finished == "space exhausted" and len(rows(db)) == 4
+        c.execute("ALTER TABLE trials DROP COLUMN code")
+    # read-only: records of unknown code are named and ignored (their costs may not be today's kernels')
+    with pytest.warns(UserWarning, match=r"4 records of matmul\[evolving\] .* ignored"):
+        with tunekit.apply_history_best(db):
+            kernel = tunekit.build("matmul", ARGS, target="null", template="evolving")
+    assert not kernel.tuned
+    with pytest.warns(TunekitWarning, match=r"4 records of matmul\[evolving\]"):
+        (st,) = tune(db, seed=1)   # the tuner adds the columns and measures the configs again, as today's
+    assert st.done == 4 and len(rows(db)) == 8
     with sqlite3.connect(db) as c:
-        assert {s for (s,) in c.execute("SELECT space FROM trials")} != {None}
+        assert None not in {v for r in c.execute("SELECT space, code FROM trials WHERE id > 4") for v in r}
+
+
+def evolving_v2(cfg, device, M, N, K, dtype="float32"):
+    """The template's next version: the same knob, another schedule (the split on the other axis)."""
+    A, B, C = matmul_compute(M, N, K, dtype)
+    s = te.create_schedule(C)
+    i, _ = s[C].op.axis
+    cfg.define_knob("tile", VALUES["tile"])
+    s[C].split(i, factor=cfg["tile"])
+    return s, [A, B, C]
+
+
+def versions(*fns):
+    """The plugin's successive versions: the "evolving" template with each body in turn."""
+    for fn in fns:
+        yield SimpleNamespace(tunekit_templates=tunekit.hookimpl(
+            lambda fn=fn: [tunekit.Template("matmul", "evolving", ("null",), fn)]))
+
+
+def test_a_changed_template_body_with_the_same_knobs_invalidates_its_records(null_target_plugin, tmp_path):
+    db = str(tmp_path / "t.db")
+    v1, v2 = versions(evolving, evolving_v2)
+    with plugin_registered(v1, "evolving-template"):
+        tune(db)
+    with plugin_registered(v2, "evolving-template"):   # the same space, another body: the old costs are not its
+        ts = tunekit.Task("matmul", ARGS, template="evolving").bind(tunekit.registry().component("target", "null")())
+        assert ts.template.fn is evolving_v2 and ts.space.fingerprint() == space_of(db)
+        with pytest.warns(UserWarning, match=r"4 records of matmul\[evolving\] .* code generator; ignored"):
+            with tunekit.apply_history_best(db):
+                kernel = tunekit.build("matmul", ARGS, target="null", template="evolving")
+        assert not kernel.tuned
+        with pytest.warns(TunekitWarning, match=r"4 records of matmul\[evolving\]") as said:
+            (st,) = tune(db, seed=1)
+        assert len([w for w in said if "records of" in str(w.message)]) == 1   # named once
+        assert st.done == 4 and sorted(i for _, i, _ in rows(db)) == ["0", "0", "1", "1", "2", "2", "3", "3"]
+        with tunekit.apply_history_best(db), pytest.warns(UserWarning, match="4 records"):
+            assert tunekit.build("matmul", ARGS, target="null", template="evolving").tuned   # today's serve it
+    with plugin_registered(v1, "evolving-template"), pytest.warns(UserWarning, match="4 records"):
+        with tunekit.apply_history_best(db):   # and the first body's records are its own again
+            assert tunekit.build("matmul", ARGS, target="null", template="evolving").tuned
+
+
+def space_of(db: str) -> str:
+    with sqlite3.connect(db) as c:
+        (space,) = {s for (s,) in c.execute("SELECT space FROM trials")}
+    return space

@@ -27,6 +27,7 @@ class Trial:
         build_s, run_s: seconds spent building and running it.
         timestamp: when it was measured (`time.time()`).
         space: the fingerprint of the config space `index` is an index of (`ConfigSpace.fingerprint`).
+        code: the fingerprint of the code that generated its program (`TaskSpace.code`); "" when unknown.
         candidate: the `tunekit.Candidate` of the config (set by the tuner before models see it).
     """
     index: int
@@ -38,6 +39,7 @@ class Trial:
     run_s: float = 0.0
     timestamp: float = field(default_factory=time.time)
     space: str = ""
+    code: str = ""
     candidate: Any = field(default=None, repr=False, compare=False)
 
     @property

@@ -1,7 +1,9 @@
 """The Target contract: code generation and execution for one kind of hardware."""
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import os
 import time
@@ -135,6 +137,19 @@ class Target(Component):
                     f"of memory of target {self.name!r}; use smaller sizes")
         return ""
 
+    def code_version(self) -> str:
+        """Return what identifies the code this target generates for a program: it changes when the same
+        program may compile to other code (the code generator's source, the compiler's version).
+
+        Records measured under another code version are not taken as today's (the core adds the template's
+        own source). The default hashes the Python files beside the module that defines the class (its
+        package, not subpackages such as templates); override it to add the compiler's version.
+        """
+        try:
+            return source_hash(os.path.dirname(inspect.getfile(type(self))))
+        except TypeError:   # defined where no file is kept (a REPL, exec'd code)
+            return f"{type(self).__module__}.{type(self).__qualname__}"
+
     def build(self, program: Program) -> Artifact:
         """Generate code for `program` and compile it.
 
@@ -180,6 +195,16 @@ class Target(Component):
                 fn(*args)
             costs.append((time.perf_counter() - t0) / number)
         return costs
+
+
+@functools.cache
+def source_hash(folder: str) -> str:
+    """A hash of the Python files in `folder` (not its subfolders): the code a target or template is made of."""
+    h = hashlib.sha256()
+    for name in sorted(f for f in os.listdir(folder) if f.endswith(".py")):
+        with open(os.path.join(folder, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
 
 
 _FLUSH: np.ndarray | None = None

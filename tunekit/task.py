@@ -1,9 +1,12 @@
 """A tuning task: one op with concrete arguments, on one target, through one template."""
 from __future__ import annotations
 
+import hashlib
+import inspect
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cache, cached_property
 
 import numpy as np
 
@@ -14,6 +17,7 @@ from tunekit.models import Candidate
 from tunekit.ops.op import ANY_OP, Op, Template
 from tunekit.records import Trial
 from tunekit.space import ConfigEntity, ConfigSpace
+from tunekit.targets import source_hash
 
 _PARALLEL_MIN = 16   # fewer configs to lower than this: extract them here, not in workers
 
@@ -160,15 +164,25 @@ class TaskSpace:
     def size(self) -> int:
         return self.space.size
 
+    @cached_property
+    def code(self) -> str:
+        """The fingerprint of what turns a config into code: the template's source (its function's and
+        its package's: the helpers and rules it calls) and the target's `code_version()`. A record made
+        by other code is not taken as today's, even in the same space."""
+        return hashlib.sha256(f"{_source(self.template.fn)}\0{self.target.code_version()}".encode()).hexdigest()[:16]
+
     def stale_note(self, n: int) -> str:
-        """What to say of `n` records of this task whose configs are not in today's space."""
+        """What to say of `n` records of this task that are not taken as today's (`current`)."""
         return (f"{n} records of {self.task.op.name}[{self.template.name}] ({self.task.name}) are from an older "
-                "version of the template; ignored")
+                "version of the template or of the target's code generator; ignored")
 
     def current(self, trial: Trial) -> Trial | None:
         """`trial` (a record of this task) as a trial of today's space: itself when it was
         measured in this space, else its config looked up in this space (re-indexed), or
-        None when its config is not in it (a record of an older version of the template)."""
+        None when its config is not in it or other code made it (a record of an older version
+        of the template or of the code generator, or of no known code)."""
+        if trial.code != self.code:
+            return None
         if trial.space == self.space.fingerprint():
             return trial
         try:
@@ -215,3 +229,13 @@ class TaskSpace:
     def candidates(self, indices) -> list[Candidate]:
         """Candidates for the cost model (features computed on demand)."""
         return [Candidate(i, self.space.get(i), self.program, self.features, self.prefetch) for i in indices]
+
+
+@cache
+def _source(fn: Callable) -> str:
+    fn = inspect.unwrap(getattr(fn, "func", fn))   # a generic template's function bound to its op: the function's
+    try:
+        return inspect.getsource(fn) + source_hash(os.path.dirname(inspect.getfile(fn)))
+    except (OSError, TypeError):   # defined where no source is kept (a REPL): its bytecode says what it does
+        code = getattr(fn, "__code__", None)
+        return repr((code.co_code, code.co_consts)) if code else f"{fn.__module__}.{fn.__qualname__}"

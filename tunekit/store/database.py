@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS trials (
     config_index TEXT NOT NULL,   -- text: indices can exceed 2**63
     config TEXT NOT NULL,         -- knob values, JSON
     space TEXT,                   -- fingerprint of the config space config_index indexes (NULL: older records)
+    code TEXT,                    -- fingerprint of the code that made the program (TaskSpace.code; NULL: older)
     costs TEXT NOT NULL,          -- seconds per run, JSON list; empty on error
     cost REAL,                    -- median of costs; NULL on error
     error TEXT,
@@ -49,10 +50,13 @@ CREATE TABLE IF NOT EXISTS computations (   -- what a computed op's workload com
 );
 CREATE TABLE IF NOT EXISTS claims (   -- configs a tuner process is about to measure (several may share a database)
     workload TEXT NOT NULL, target TEXT NOT NULL, device TEXT NOT NULL, template TEXT NOT NULL,
-    config_index TEXT NOT NULL, run TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, timestamp REAL,
-    PRIMARY KEY (workload, target, device, template, config_index)
+    space TEXT NOT NULL, code TEXT NOT NULL, config_index TEXT NOT NULL,
+    run TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, timestamp REAL,   -- refreshed with each trial
+    PRIMARY KEY (workload, target, device, template, space, code, config_index)
 );
 """
+#: a claim its process has not refreshed for this long is dropped (the process is gone, on any host)
+CLAIM_TTL_S = 600.0
 
 
 @dataclass
@@ -95,9 +99,13 @@ class Database:
         while True:
             try:
                 self.conn.execute("PRAGMA journal_mode=WAL")
+                if "code" not in {r[1] for r in self.conn.execute("PRAGMA table_info(claims)")}:
+                    self.conn.execute("DROP TABLE IF EXISTS claims")   # an older tunekit's (claims are transient)
                 self.conn.executescript(_SCHEMA)
-                if "space" not in {r[1] for r in self.conn.execute("PRAGMA table_info(trials)")}:
-                    self.conn.execute("ALTER TABLE trials ADD COLUMN space TEXT")   # a database of an older tunekit
+                cols = {r[1] for r in self.conn.execute("PRAGMA table_info(trials)")}
+                for col in ("space", "code"):   # a database of an older tunekit
+                    if col not in cols:
+                        self.conn.execute(f"ALTER TABLE trials ADD COLUMN {col} TEXT")
                 self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
                 self.conn.commit()
                 return
@@ -108,10 +116,10 @@ class Database:
 
     @property
     def _space(self) -> str:
-        """The `space` column, or NULL in a database of an older tunekit opened read-only."""
+        """The `space` and `code` columns, or NULLs in a database of an older tunekit opened read-only."""
         if getattr(self, "_space_col", None) is None:
             cols = {r[1] for r in self._rows("PRAGMA table_info(trials)")}
-            self._space_col = "space" if "space" in cols else "NULL"
+            self._space_col = ", ".join(c if c in cols else "NULL" for c in ("space", "code"))
         return self._space_col
 
     def _rows(self, sql: str, params=()) -> list[tuple]:
@@ -128,7 +136,7 @@ class Database:
         row = dict(run=run, workload=task.key, op=task.op.name, args=json.dumps(task.args, sort_keys=True),
                    workload_name=task.name, target=target.name, target_options=target.options.model_dump_json(),
                    device=ts.fingerprint, template=ts.template.name, model=model, explorer=explorer,
-                   config_index=str(trial.index), space=ts.space.fingerprint(),
+                   config_index=str(trial.index), space=ts.space.fingerprint(), code=ts.code,
                    config=json.dumps(trial.config), costs=json.dumps(trial.costs),
                    cost=trial.cost if trial.ok else None, error=trial.error, message=trial.message,
                    flops=task.flops, build_s=trial.build_s, run_s=trial.run_s, timestamp=trial.timestamp,
@@ -139,6 +147,11 @@ class Database:
                 self.conn.execute("INSERT OR IGNORE INTO computations VALUES (?, ?)", (task.key, computation))
             except sqlite3.DatabaseError as e:
                 raise storage_error(self.path, e) from None
+        try:   # the claims this process holds are alive: committed with the trial
+            self.conn.execute("UPDATE claims SET timestamp=? WHERE host=? AND pid=?",
+                              (time.time(), socket.gethostname(), os.getpid()))
+        except sqlite3.DatabaseError as e:
+            raise storage_error(self.path, e) from None
         rid = self.insert(row)
         if self.log:
             try:
@@ -169,7 +182,7 @@ class Database:
         q = (f"SELECT id, run, config_index, config, costs, error, message, build_s, run_s, timestamp, {self._space} "
              "FROM trials WHERE workload=? AND target=? AND device=? AND template=? AND id>? ORDER BY id")
         return [(r[0], r[1], Trial(int(r[2]), json.loads(r[3]), json.loads(r[4]), r[5], r[6] or "", r[7] or 0.0,
-                                   r[8] or 0.0, r[9] or time.time(), r[10] or ""))
+                                   r[8] or 0.0, r[9] or time.time(), r[10] or "", r[11] or ""))
                 for r in self._rows(q, (key.workload, key.target, key.device, key.template, after))]
 
     def rekey(self, row: int, index: int, space: str) -> None:
@@ -181,40 +194,44 @@ class Database:
         except sqlite3.DatabaseError as e:
             raise storage_error(self.path, e) from None
 
-    def claim(self, key: TaskKey, run: str, indices: list[int], budget: int,
-              space: str | None = None) -> tuple[list[int], list[int]]:
-        """Claim configs of a task for measuring, atomically across processes: those
-        not measured (in the space whose fingerprint is `space`, when given) or claimed
-        by another live process, while the run's trials plus its pending claims stay
-        within `budget`. Claims of dead processes on this host are dropped first.
+    def claim(self, key: TaskKey, run: str, indices: list[int], budget: int, run_budget: int, space: str,
+              code: str) -> tuple[list[int], list[int]]:
+        """Claim configs of a task for measuring, atomically across processes: those not measured
+        in the space whose fingerprint is `space` by code `code` (`TaskSpace.code`) nor claimed
+        there by another live process, while the run's trials plus its pending claims stay within
+        `budget` for this task and within `run_budget` over all the run's tasks. Claims of gone
+        processes are dropped first: of a process of this host that has ended, or of any host not
+        refreshed for `CLAIM_TTL_S` (a process refreshes its claims with each trial it records).
         Returns (indices this process got, indices another process measured or claimed);
-        the rest were left out by the budget."""
-        host, me = socket.gethostname(), os.getpid()
+        the rest were left out by the budgets."""
+        host, me, now = socket.gethostname(), os.getpid(), time.time()
         task = (key.workload, key.target, key.device, key.template)
         where = "workload=? AND target=? AND device=? AND template=?"
+        unmeasured = ("NOT EXISTS (SELECT 1 FROM trials t WHERE t.workload=c.workload AND t.target=c.target AND "
+                      "t.device=c.device AND t.template=c.template AND t.config_index=c.config_index AND "
+                      "t.space=c.space AND t.code=c.code)")
         try:
             with self.conn:   # one IMMEDIATE transaction: two processes never both take a config
                 self.conn.execute("BEGIN IMMEDIATE")
                 for (pid,) in self.conn.execute("SELECT DISTINCT pid FROM claims WHERE host=?", (host,)).fetchall():
                     if pid != me and not _alive(pid):
                         self.conn.execute("DELETE FROM claims WHERE host=? AND pid=?", (host, pid))
+                self.conn.execute("DELETE FROM claims WHERE timestamp<?", (now - CLAIM_TTL_S,))
                 self.conn.execute(f"DELETE FROM claims WHERE {where} AND pid=? AND host=?", (*task, me, host))
-                done = self.conn.execute(f"SELECT COUNT(*) FROM trials WHERE {where} AND run=?",
-                                         (*task, run)).fetchone()[0]
-                pending = self.conn.execute(
-                    f"SELECT COUNT(*) FROM claims c WHERE {where} AND run=? AND NOT EXISTS (SELECT 1 FROM trials t "
-                    "WHERE t.workload=c.workload AND t.target=c.target AND t.device=c.device AND "
-                    "t.template=c.template AND t.config_index=c.config_index)", (*task, run)).fetchone()[0]
+                one = lambda sql, *p: self.conn.execute(sql, p).fetchone()[0]
+                left = min(budget - one(f"SELECT COUNT(*) FROM trials WHERE {where} AND run=?", *task, run)
+                           - one(f"SELECT COUNT(*) FROM claims c WHERE {where} AND run=? AND {unmeasured}", *task, run),
+                           run_budget - one("SELECT COUNT(*) FROM trials WHERE run=?", run)
+                           - one(f"SELECT COUNT(*) FROM claims c WHERE run=? AND {unmeasured}", run))
                 got, taken = [], []
                 for i in indices:
-                    if len(got) >= budget - done - pending:
+                    if len(got) >= left:
                         break
-                    measured = self.conn.execute(
-                        f"SELECT 1 FROM trials WHERE {where} AND config_index=? AND (? IS NULL OR space=?) LIMIT 1",
-                        (*task, str(i), space, space)).fetchone()
-                    if measured is None and self.conn.execute(
-                            "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            (*task, str(i), run, host, me, time.time())).rowcount == 1:
+                    measured = one(f"SELECT COUNT(*) FROM trials WHERE {where} AND config_index=? AND space=? "
+                                   "AND code=?", *task, str(i), space, code)
+                    if not measured and self.conn.execute(
+                            "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (*task, space, code, str(i), run, host, me, now)).rowcount == 1:
                         got.append(i)
                     else:
                         taken.append(i)
@@ -234,7 +251,7 @@ class Database:
                 continue
             out.append((r[0], json.loads(r[1]), r[2], Trial(int(r[4]), json.loads(r[5]), json.loads(r[6]), r[7],
                                                             r[8] or "", r[9] or 0.0, r[10] or 0.0, r[11],
-                                                            r[12] or ""), self.computation(r[3])))
+                                                            r[12] or "", r[13] or ""), self.computation(r[3])))
             if len(out) >= limit:
                 break
         return out

@@ -157,6 +157,7 @@ class Tuner:
             for st in states:
                 self._groups.setdefault(st.key.workload, []).append(st)
             total, cap = self.budget.total(len(self._groups)), self.budget.cap
+            self._states, self._total = states, total
             if r.tuning.transfer:
                 transfer(db, states, self.target, measurer.pool)
             for st in states:
@@ -245,7 +246,9 @@ class Tuner:
             if not picks:
                 return None
             # the database counts the run's stale records among its trials; they are not done
-            got, taken = db.claim(st.key, self.run_id, picks, limit + st.stale_in_run, st.ts.space.fingerprint())
+            stale = sum(s.stale_in_run for s in self._states)
+            got, taken = db.claim(st.key, self.run_id, picks, limit + st.stale_in_run, self._total + stale,
+                                  st.ts.space.fingerprint(), st.ts.code)
             st.ts.measured.update(taken)   # another process measures them: never propose them again
             if got or not taken:
                 return got
@@ -263,8 +266,10 @@ class Tuner:
         if indices is None:
             st.finished = "space exhausted"
             return
-        if not indices:   # the budget is held by other processes' claims: let them measure
+        if not indices:   # the budget is held by other processes' claims: let them measure, then count again
             time.sleep(0.2)
+            for s in self._states:
+                self._sync(s, db)
             return
 
         lost: list[Trial] = []

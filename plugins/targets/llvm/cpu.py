@@ -153,6 +153,10 @@ class _CpuTarget(tunekit.Target):
         pb.getModulePassManager().run(mod, pb)
         return text, mod
 
+    def code_version(self) -> str:
+        llvm = "none" if _llvmlite_missing() else ".".join(map(str, _llvm().llvm_version_info))
+        return f"{super().code_version()}-llvm{llvm}"
+
     def build(self, program: ir.Program) -> tunekit.Artifact:
         text, mod = self._compile(program)
         tm = self.target_machine()
