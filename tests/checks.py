@@ -5,6 +5,7 @@ import numpy as np
 
 import tunekit
 from tunekit.ir import interp
+from tunekit.measure.timing import mismatch
 
 
 def interpreted_and_compiled(ts, index: int, tgt) -> None:
@@ -13,16 +14,16 @@ def interpreted_and_compiled(ts, index: int, tgt) -> None:
     op, args = ts.task.op, ts.task.args
     inputs = op.random_inputs(args, np.random.default_rng(index))
     ref = op.reference(*inputs, **args)[0]
-    rtol, atol = op.tolerance(args)
+    rtol, atol = op.tolerance(args, inputs)
     program, where = ts.program(index), str(ts.space.get(index))
     out = np.full(ref.shape, np.nan, ref.dtype)
     interp.run(program, *inputs, out)
-    np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol, err_msg=f"interpreted, {where}")
+    assert not (bad := mismatch([out], [ref], rtol, atol)), f"interpreted, {where}: {bad}"
     arrays = [tunekit.empty(a.shape, a.dtype) for a in [*inputs, ref]]
     for a, v in zip(arrays, inputs):
         a[...] = v
     tgt.load(tgt.build(program))(*arrays)
-    np.testing.assert_allclose(arrays[-1], ref, rtol=rtol, atol=atol, err_msg=f"compiled, {where}")
+    assert not (bad := mismatch([arrays[-1]], [ref], rtol, atol)), f"compiled, {where}: {bad}"
 
 
 def compiled_with_costs(path: str, tgt, tmp_path, monkeypatch, seconds):

@@ -19,6 +19,7 @@ from tunekit_plugins.targets.llvm.templates import TEMPLATES
 import tunekit
 from tunekit import registry
 from tunekit.ir import interp
+from tunekit.measure.timing import mismatch
 
 ON_X86 = platform.machine().lower() in ("x86_64", "amd64")
 needs_x86 = pytest.mark.skipif(not ON_X86, reason="runs x86 code")
@@ -125,9 +126,8 @@ def check(ts, index: int, run) -> None:
     inputs = op.random_inputs(args, np.random.default_rng(index))
     outs = [np.full(shape, np.nan, dtype) for shape, dtype in op.output_shapes(args)]
     run(ts.program(index), inputs, outs)
-    rtol, atol = op.tolerance(args)
-    for o, r in zip(outs, op.reference(*inputs, **args)):
-        np.testing.assert_allclose(o, r, rtol=rtol, atol=atol, err_msg=f"{ts.task.name}: {ts.space.get(index)}")
+    bad = mismatch(outs, op.reference(*inputs, **args), *op.tolerance(args, inputs))
+    assert not bad, f"{ts.task.name}: {ts.space.get(index)}: {bad}"
 
 
 @needs_x86

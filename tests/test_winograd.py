@@ -58,6 +58,46 @@ def test_the_op_matches_a_direct_conv(H, W, C, K, b, db, padding, m):
     np.testing.assert_allclose(got, _direct(x, w, b, db, padding), rtol=1e-4, atol=1e-4)
 
 
+def _winograd_f32(data: np.ndarray, u: np.ndarray, m: int, drop=None) -> np.ndarray:
+    """F(m x m, 3 x 3) on NCHW8c data, padding 1, in float32 as a kernel rounds it; `drop` = (e, nu, c):
+    the product of channel c at (e, nu) left out of every tile's sum (a wrong config's output: a loop
+    over channels one short)."""
+    bt, _, at = (x.astype(np.float32) for x in winograd.matrices(m))
+    N, CB, H, W, db = data.shape
+    d = np.zeros((N, CB * db, H + m + 2, W + m + 2), np.float32)
+    d[:, :, 1:H + 1, 1:W + 1] = data.transpose(0, 1, 4, 2, 3).reshape(N, CB * db, H, W)
+    tiles = np.lib.stride_tricks.sliding_window_view(d, (m + 2, m + 2), axis=(2, 3))[:, :, ::m, ::m]
+    th, tw = -(-H // m), -(-W // m)
+    v = np.einsum("ei,nctwij,vj->evnctw", bt, tiles[:, :, :th, :tw], bt)
+    uk = u.transpose(0, 1, 2, 4, 3).reshape(m + 2, m + 2, -1, CB * db)
+    if drop is not None:
+        e, nu, c = drop
+        v[e, nu, :, c] = 0
+    mm = np.einsum("evkc,evnctw->nktwev", uk, v)
+    y = np.einsum("ye,nktwev,xv->nktywx", at, mm, at).reshape(N, -1, th * m, tw * m)[:, :, :H, :W]
+    return y.reshape(N, -1, 8, H, W).transpose(0, 1, 3, 4, 2)
+
+
+@pytest.mark.parametrize("m, C, H", [(2, 512, 6), (4, 512, 6), (4, 128, 4)])
+def test_the_check_fails_a_config_that_drops_one_product_term(m, C, H):
+    """The check's tolerance is the transforms' rounding error bound on the data: float32 Winograd passes
+    it, and an output with one channel's product left out at any of the alpha x alpha points fails it.
+    The tolerance of before (a direct conv's, 10x for F(4x4)) let such an output through."""
+    from tunekit.measure.timing import mismatch
+    from tunekit.ops.op import Op
+    task = tunekit.Task("conv2d_winograd", dict(N=1, C=C, H=H, W=H, K_out=8, R=3, S=3, padding=1, tile=m,
+                                                layout="NCHW8c"))
+    inputs = task.op.random_inputs(task.args, np.random.default_rng(0))
+    ref = task.op.reference(*inputs, **task.args)
+    tol = task.op.tolerance(task.args, inputs)
+    assert mismatch([_winograd_f32(*inputs, m)], ref, *tol) == ""
+    drops = [(e, nu, C - 1) for e in range(m + 2) for nu in range(m + 2)]
+    assert all("elements differ" in mismatch([_winograd_f32(*inputs, m, d)], ref, *tol) for d in drops)
+    if (m, C, H) == (4, 128, 4):
+        rtol, atol = Op.tolerance(task.op, task.args)
+        assert any(mismatch([_winograd_f32(*inputs, m, d)], ref, 10 * rtol, 10 * atol) == "" for d in drops)
+
+
 @pytest.mark.parametrize("args, why", [
     ({"stride": 2}, "stride 1"), ({"R": 5, "S": 5, "padding": 2}, "3x3 kernels"), ({"dilation": 2}, "dilation 1"),
     ({"layout": "NCHW"}, "blocked layouts")])

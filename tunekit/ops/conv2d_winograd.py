@@ -68,7 +68,7 @@ def reference(data, U, *extra, tile=2, layout="NCHW", **args):
 
 class WinogradOp(Op):
     """conv2d_winograd's Op: its random weights are transformed ones (a random U is not one)
-    and its tolerance allows for the transforms' rounding."""
+    and its tolerance allows for the transforms' rounding on the data, no more."""
 
     def random_inputs(self, args: dict, rng: np.random.Generator) -> list[np.ndarray]:
         out = super().random_inputs(args, rng)
@@ -78,10 +78,14 @@ class WinogradOp(Op):
         out[1] = winograd.transform_weights(w, a.tile, b)
         return out
 
-    def tolerance(self, args: dict) -> tuple[float, float]:
-        rtol, atol = super().tolerance(args)
-        scale = winograd.TOLERANCE[args.get("tile", 2)] / 1e-5
-        return rtol * scale, atol * scale
+    def tolerance(self, args: dict, inputs: list | None = None) -> tuple:
+        """The rounding error bound of the transforms and products on `inputs` (required), and the
+        epilogue's few roundings relative to the output: no more, so a wrong config does not pass."""
+        if inputs is None:
+            raise ValueError("conv2d_winograd's tolerance bounds the transforms' error on the inputs: pass them")
+        a = self.Args(**args)
+        bound = winograd.error_bound(inputs[0], inputs[1], a.tile, conv2d.pair(a.padding), block_of(a.layout))
+        return 4 * float(np.finfo(a.dtype).eps), bound
 
 
 conv2d_winograd = WinogradOp("conv2d_winograd", WinogradArgs, compute, reference, flops=conv2d.flops,

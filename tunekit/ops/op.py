@@ -120,8 +120,10 @@ class Op:
         """Plain data that rebuilds this op in another process; None: it is found there by name."""
         return None
 
-    def tolerance(self, args: dict) -> tuple[float, float]:
-        """(rtol, atol) that scale with the reduction length."""
+    def tolerance(self, args: dict, inputs: list | None = None) -> tuple:
+        """Return (rtol, atol) for comparing outputs with the reference: they scale with the reduction
+        length. An op whose rounding depends on its data (Winograd's transforms) reads `inputs`, the arrays
+        the outputs are computed from, and may return atol as an array of the output's shape."""
         n = max(1, self.reduction_size(**args))
         return 1e-5 * math.sqrt(n) * 4, 1e-5 * n
 

@@ -14,8 +14,7 @@ matrices' nonzero constants written in (a table picks the row by index, which
 unrolling resolves), so a schedule that unrolls a tile does no multiply by 0 or 1.
 
 F(4x4) does 4x fewer multiplies than direct, F(2x2) 2.25x; the transforms round
-differently from a direct sum, up to about 1e-5 (F(2x2)) and 1e-4 (F(4x4)) of the
-output's range in float32 (`TOLERANCE`).
+differently from a direct sum, by amounts bounded from the data (`error_bound`).
 """
 from __future__ import annotations
 
@@ -37,8 +36,9 @@ MATRICES = {
          [F(1, 24), F(1, 12), F(1, 6)], [F(1, 24), F(-1, 12), F(1, 6)], [0, 0, 1]],
         [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
 }
-#: m -> the largest difference from a float64 direct convolution, relative to the output's range, in float32
-TOLERANCE = {2: 1e-5, 4: 1e-4}
+#: how many standard deviations of the rounding's random walk the check allows (Higham and Mary's
+#: probabilistic bound: exceeded with probability under 2 exp(-LAMBDA^2 / 2), 3e-8, per output)
+LAMBDA = 6.0
 
 
 def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -53,6 +53,29 @@ def transform_weights(w: np.ndarray, m: int, b: int) -> np.ndarray:
     K, C = w.shape[:2]
     u = np.einsum("ar,kcrs,bs->abkc", g, w.astype(np.float64), g)
     return np.ascontiguousarray(u.reshape(m + 2, m + 2, K // b, b, C).transpose(0, 1, 2, 4, 3)).astype(w.dtype)
+
+
+def error_bound(data: np.ndarray, u: np.ndarray, m: int, padding: tuple, b: int) -> np.ndarray:
+    """numpy: a bound on each output's rounding error, [N, K/b, OH, OW, b], for blocked `data` and
+    transformed weights `u`: LAMBDA sqrt(k) eps |A^T| (sum over channels of |U| * |B^T| |d| |B|) |A|,
+    the transforms and products in absolute values (what their roundings scale with), k the
+    roundings along one output's path (the channel sum and the four transforms)."""
+    bt, _, at = (np.abs(x) for x in matrices(m))
+    alpha, ph, pw = m + 2, *padding
+    N, CB, H, W, db = data.shape
+    K, C = u.shape[2] * u.shape[4], u.shape[3]
+    TH, TW = -(-(H + 2 * ph - 2) // m), -(-(W + 2 * pw - 2) // m)
+    d = np.zeros((N, C, TH * m + 2, TW * m + 2))
+    d[:, :, ph:ph + H, pw:pw + W] = np.abs(data).transpose(0, 1, 4, 2, 3).reshape(N, C, H, W)
+    win = np.lib.stride_tricks.sliding_window_view(d, (alpha, alpha), axis=(2, 3))[:, :, ::m, ::m]
+    v = np.einsum("ei,nctwij,vj->evnctw", bt, win, bt, optimize=True)
+    uk = np.abs(u).astype(np.float64).transpose(0, 1, 2, 4, 3).reshape(alpha, alpha, K, C)
+    mm = np.einsum("evkc,evnctw->nktwev", uk, v, optimize=True)
+    y = np.einsum("ye,nktwev,xv->nktywx", at, mm, at, optimize=True)   # output row t m + y, column w m + x
+    y = y.reshape(N, K, TH * m, TW * m)[:, :, :H + 2 * ph - 2, :W + 2 * pw - 2]
+    eps = float(np.finfo(data.dtype).eps) / 2
+    out = LAMBDA * np.sqrt(C + 4 * alpha) * eps * y
+    return out.reshape(N, K // b, b, *out.shape[2:]).transpose(0, 1, 3, 4, 2)
 
 
 def weights_oihw(u: np.ndarray, m: int) -> np.ndarray:
