@@ -15,6 +15,7 @@ import tunekit
 from tunekit import ir, te
 from tunekit.deploy.kernels import checked_best
 from tunekit.errors import ArgumentError, RecipeError, TunekitError
+from tunekit.memory import arena
 from tunekit.ops.computed import ComputedOp
 from tunekit.plugin.registry import task_of
 from tunekit.store.database import Database
@@ -207,6 +208,93 @@ def test_tuned_on_auto_built_from_records_shared_by_equal_computations(tmp_path)
     out = tunekit.empty((32, 16))
     kernel(A, W, b, out)
     np.testing.assert_allclose(out, fused_np(A, W, b), rtol=1e-4, atol=1e-5)
+
+
+# -- a reduction inside an expression -------------------------------------------------------
+
+def scores(H, N, D):
+    """Attention scores as downstream code writes them: the reduction scaled in the same compute."""
+    q, k = te.placeholder((H, N, D), "q"), te.placeholder((H, N, D), "k")
+    d = te.reduce_axis(D, "d")
+    return [q, k, te.compute((H, N, N), lambda h, i, j: te.sum(q[h, i, d] * k[h, j, d], axis=d) * 0.125, name="s")]
+
+
+def leaky_dense(M, N, K):
+    """A reduction deep in its compute's body, read twice: leaky_relu(sum * 0.5 + b)."""
+    A, W, b = te.placeholder((M, K), "A"), te.placeholder((K, N), "W"), te.placeholder((N,), "b")
+    k = te.reduce_axis(K, "k")
+
+    def y(i, j):
+        x = te.sum(A[i, k] * W[k, j], axis=k) * 0.5 + b[j]
+        return te.if_then_else(x > 0.0, x, x * 0.1)
+    return [A, W, b, te.compute((M, N), y, name="y")]
+
+
+def row_norm(M, N):
+    """Two reductions along a row in one body, under a max: max(x / sum(x * x) - max(x), 0)."""
+    x = te.placeholder((M, N), "x")
+    k = te.reduce_axis(N, "k")
+    return [x, te.compute((M, N), lambda i, j: ir.max_(x[i, j] / te.sum(x[i, k] * x[i, k], axis=k)
+                                                       - te.max(x[i, k], axis=k), 0.0), name="y")]
+
+
+def leaky_np(A, W, b):
+    x = A.astype(np.float64) @ W * 0.5 + b
+    return np.where(x > 0, x, x * 0.1)
+
+
+REDUCTION_INSIDE = {
+    "scores": (scores, dict(H=2, N=8, D=4), ["s.red"],
+               lambda q, k: np.einsum("hid,hjd->hij", q.astype(np.float64), k) * 0.125),
+    "leaky_dense": (leaky_dense, dict(M=8, N=16, K=4), ["y.red"], leaky_np),
+    "row_norm": (row_norm, dict(M=4, N=8), ["y.red", "y.red1"],
+                 lambda x: np.maximum(x / (x.astype(np.float64) ** 2).sum(1, keepdims=True)
+                                      - x.max(1, keepdims=True), 0.0)),
+}
+
+
+@pytest.mark.parametrize("case", list(REDUCTION_INSIDE))
+def test_a_reduction_inside_an_expression_is_computed_in_a_stage_of_its_own(case):
+    fn, args, stages, want = REDUCTION_INSIDE[case]
+    task = tunekit.Task.from_compute(fn, args, name=case)
+    out = task.op.compute(**task.args)[-1]
+    reductions = [t for t in out.op.inputs if not isinstance(t.op, PlaceholderOp)]
+    assert [t.name for t in reductions] == stages and all(t.op.reduce_axis for t in reductions)
+    assert not out.op.reduce_axis
+    assert task_of(pickle.loads(pickle.dumps(task.spec()))).key == task.key
+    inputs = task.op.random_inputs(task.args, np.random.default_rng(3))
+    np.testing.assert_allclose(task.op.reference(*inputs, **task.args)[0], want(*inputs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not ON_X86, reason="runs x86 code")
+@pytest.mark.parametrize("case", list(REDUCTION_INSIDE))
+def test_a_reduction_inside_an_expression_builds_and_tunes(case, tmp_path):
+    pytest.importorskip("llvmlite")
+    fn, args, _, want = REDUCTION_INSIDE[case]
+    task = tunekit.Task.from_compute(fn, args, name=case)
+    ((shape, dtype),) = task.op.output_shapes(task.args)
+    *inputs, out = arena([*task.op.random_inputs(task.args, np.random.default_rng(4)), np.zeros(shape, dtype)])
+    tunekit.build(task, target="x86")(*inputs, out)   # no records: the default config
+    np.testing.assert_allclose(out, want(*inputs), rtol=1e-4, atol=1e-5)
+    states = tunekit.tune([task], target="x86", trials=3, database=str(tmp_path / "t.db"), measure=QUICK,
+                          tuning={"batch_size": 3})
+    assert states[0].done >= 1 and states[0].errors == 0 and states[0].best is not None
+
+
+def test_a_reduction_that_cannot_be_a_stage_of_its_own_is_refused():
+    def nested(N=4):
+        x = te.placeholder((N, N), "x")
+        k, m = te.reduce_axis(N, "k"), te.reduce_axis(N, "m")
+        return [x, te.compute((N,), lambda i: te.sum(x[i, k] * te.sum(x[k, m], axis=m), axis=k) * 2.0, name="t")]
+
+    def stray_axis(N=4):
+        x = te.placeholder((N, N), "x")
+        k = te.reduce_axis(N, "k")
+        return [x, te.compute((N,), lambda i: te.sum(x[i, k], axis=k) + x[k, i], name="u")]
+    with pytest.raises(ArgumentError, match="compute 't': a reduction inside another's .* te.compute of its own"):
+        tunekit.Task.from_compute(nested)
+    with pytest.raises(ArgumentError, match="compute 'u': reduction axis 'k' is used outside .* own te.reduce_axis"):
+        tunekit.Task.from_compute(stray_axis)
 
 
 # -- errors --------------------------------------------------------------------------------

@@ -5,6 +5,10 @@ Python function of its axes, `reduce_axis` + `sum`/`max` a reduction, and
 `if_then_else` a guarded value (padding), `exp`, `log`, `sqrt`, `tanh`, `fabs`,
 `fma` the intrinsics of the loop IR. Expressions are loop-IR expressions
 (`tunekit.ir`) plus the two nodes here, which lowering turns into loads.
+
+A reduction inside a larger body (`te.sum(...) * scale`) is computed by a compute of its
+own, `<name>.red` (over the axes it reads), that the body reads: every stage is a reduction
+or has none. A reduction inside another, or a reduction axis used outside it, is refused.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import inspect
 from dataclasses import dataclass
 
 from .. import ir
+from ..errors import ArgumentError
 
 SPATIAL, REDUCE = "spatial", "reduce"
 
@@ -115,11 +120,53 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "") -> Tensor:
         else:
             raise ValueError(f"compute {name!r}: fcompute takes {len(params)} axes, shape has {len(shape)}")
     axis = [IterVar(p, ir.INDEX, d, SPATIAL) for p, d in zip(params, shape)]
-    body = ir.as_expr(fcompute(*axis))
-    op = ComputeOp(name, axis, body, tag)
-    t = Tensor(op, shape, body.dtype, name)
+    return _make(name, axis, ir.as_expr(fcompute(*axis)), tag)
+
+
+def _make(name: str, axis: list[IterVar], body: ir.Expr, tag: str = "") -> Tensor:
+    op = ComputeOp(name, axis, _split(name, axis, body), tag)
+    t = Tensor(op, tuple(a.extent for a in axis), op.body.dtype, name)
     op.output = t
     return t
+
+
+def _split(name: str, axis: list[IterVar], body: ir.Expr) -> ir.Expr:
+    """`body` with each reduction in it (unless it is all of it) read from a compute of its own."""
+    tops = [body] if isinstance(body, Reduce) else _reductions(body)
+    if any(_reductions(r.source) for r in tops):
+        raise ArgumentError(f"compute {name!r}: a reduction inside another's expression; compute the inner one in "
+                            "a te.compute of its own and read that tensor in the outer one")
+    if isinstance(body, Reduce) or not tops:
+        return body
+    cuts: dict[Reduce, Tensor] = {}   # one reduction read twice (`x` in `select(x > 0, x, 0.1 * x)`) is one stage
+
+    class Cut(ir.Mutator):
+        def visit_Reduce(self, r):
+            used = [a for a in axis if a in ir.free_vars(r.source)] or axis   # not recomputed along other axes
+            if r not in cuts:
+                fresh = {a: IterVar(a.name, ir.INDEX, a.extent, a.kind) for a in [*used, *r.axes]}
+                cuts[r] = _make(f"{name}.red{len(cuts) or ''}", [fresh[a] for a in used], ir.substitute(r, fresh))
+            return cuts[r][tuple(used)]
+    out = Cut().visit(body)
+    own = {a for r in tops for a in r.axes}
+    if bad := own & set().union(ir.free_vars(out), *(ir.free_vars(c.op.body) for c in cuts.values())):
+        raise ArgumentError(f"compute {name!r}: reduction axis {min(a.name for a in bad)!r} is used outside the "
+                            "te.sum/te.max over it; give each reduction its own te.reduce_axis, used only inside it")
+    return out
+
+
+class _Outermost(ir.Visitor):
+    def __init__(self):
+        self.found: list[Reduce] = []
+
+    def visit_Reduce(self, r):   # not descending: a reduction inside it is not outermost
+        self.found.append(r)
+
+
+def _reductions(expr) -> list[Reduce]:
+    """The outermost reductions in `expr`."""
+    (v := _Outermost()).visit(expr)
+    return v.found
 
 
 def _reduce(combiner: str, expr, axis) -> Reduce:
