@@ -10,11 +10,12 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import require
 
 import tunekit
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+onnx = require("onnx")
+ort = require("onnxruntime")
 pytest.importorskip("llvmlite")
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -273,6 +274,29 @@ def test_conv_transpose_phases_on_odd_shapes(tmp_path, attrs, w_shape, z_shape, 
     # a phase vectorizes its innermost axis: channels where there are as many as its columns or more
     phases = [n for n in net.graph.nodes if n.op == "onnx_conv_transpose_phase"]
     assert phases and all(net.graph.shapes[n.output][-1 if last else 1] == out_shape[1] for n in phases)
+
+
+@pytest.mark.parametrize("batch, cin, cout, kernel, pads, strides, output_padding", [
+    (1, 8, 4, (4, 4), [0, 0, 0, 0], [1, 1], None),   # DCGAN's first layer: the whole kernel out
+    (2, 3, 5, (4, 4), [1, 1, 1, 1], [1, 1], None),
+    (1, 8, 2, (3, 5), [1, 0, 0, 1], [2, 2], [1, 1]),   # as many rows and columns out as the kernel's, shifted
+    (2, 16, 3, (4, 4), [1, 1, 1, 1], [3, 3], [2, 2]),
+    (1, 3, 6, (3, 5), [0, 2, 1, 0], [2, 1], [1, 0]),
+    (2, 4, 4, (4, 4), [0, 0, 1, 1], [2, 2], [1, 1]),
+    (1, 5, 3, (4, 4), [2, 0, 0, 0], [2, 2], [0, 1]),   # output_padding past the kernel: zeros
+    (2, 3, 2, (3, 5), [0, 0, 0, 0], [2, 2], [1, 1])])
+def test_a_one_pixel_conv_transpose_is_a_dense_of_its_kernel_window(tmp_path, batch, cin, cout, kernel, pads, strides,
+                                                                    output_padding):
+    """A ConvTranspose of a 1x1 input is a dense (`lower_conv_transpose`'s one-pixel path) whose
+    output is the window of the kernel that the begin pads start and the output size spans."""
+    inputs = {"z": ([batch, cin, 1, 1], F)}
+    attrs = dict(pads=pads, strides=strides, **({"output_padding": output_padding} if output_padding else {}))
+    nodes = [helper.make_node("ConvTranspose", ["z", "w", "b"], ["y"], name="up", **attrs)]
+    inits = {"w": c(RNG.standard_normal((cin, cout, *kernel))), "b": c(RNG.standard_normal(cout))}
+    out = [batch, cout, *(e + p - b - f for e, p, b, f in zip(kernel, output_padding or [0, 0], pads[:2], pads[2:]))]
+    net = check(save(tmp_path, nodes, inputs, {"y": (out, F)}, inits), feeds_of(inputs))
+    assert [node.op for node in net.graph.nodes][0] == "dense" and net.graph.nodes[0].output == "up/dense"
+    assert not [node for node in net.graph.nodes if node.op == "onnx_conv_transpose_phase"]
 
 
 @pytest.mark.parametrize("device", ["avx512", "gpu"])

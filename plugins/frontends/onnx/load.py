@@ -3,6 +3,8 @@ shapes folded into constants (Shape -> Gather -> Concat -> Reshape chains, Const
 Range, an attention mask's arithmetic), and every tensor's shape inferred and static."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from onnx import TensorProto
 
@@ -42,11 +44,26 @@ def load(path: str):
                          f"truncated or in another format); {REDO}")
     try:
         onnx.checker.check_model(model)
+        refuse_quantized(model, path)
         model, consts = fold(onnx.shape_inference.infer_shapes(model), path)
         return onnx.shape_inference.infer_shapes(model, strict_mode=True), consts
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
                          "edited file fails these checks)") from None
+
+
+def refuse_quantized(model, path: str) -> None:
+    """Refuse a quantized model (what onnxruntime.quantization writes: QDQ pairs, QLinear* and
+    integer ops) before anything folds, naming its first quantized node."""
+    q = [n for n in model.graph.node if "quantize" in n.op_type.lower() or re.match(r"Q[A-Z]", n.op_type)
+         or n.op_type.endswith(("Integer", "IntegerToFloat", "NBits", "Bnb4"))]
+    if q:
+        raise ModelError(f"{path}: {node_name(q[0])} is not supported: the model is quantized (this is the first of "
+                         f"{len(q)} quantized nodes), and tunekit does not run quantized models yet "
+                         "(QuantizeLinear/DequantizeLinear pairs, QLinear* ops, DynamicQuantizeLinear, MatMulInteger, "
+                         "ConvInteger and other ops on integer weights and activations); meanwhile give tunekit the "
+                         "float32 model (the one given to onnxruntime.quantization's quantize_static/quantize_dynamic, "
+                         "or the model exported again without quantizing)")
 
 
 def constant_value(n, path: str) -> np.ndarray:

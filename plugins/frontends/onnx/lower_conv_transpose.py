@@ -67,11 +67,12 @@ def expand(cv, n) -> None:
     Ho, Wo = cv.shapes[n.output[0]][2:]
     tag = ident(n.name or n.output[0])
     phases = []
-    if (H, W, Ho, Wo) == (1, 1, kh, kw):   # one pixel in, the whole kernel out (DCGAN's first layer): a dense
-        name = f"{tag}/dense"
-        cv.add_item(cv.anchors.linear(n, x, N, name, w.reshape(C, -1).T, None, name), name, (N, K * kh * kw),
-                    "float32")
-        cv.shapes[name] = (N, K, kh, kw)   # the interleave reads it as one phase (the same bytes)
+    if (H, W) == (1, 1):   # one pixel in (DCGAN's first layer): a dense of the kernel's window that the output is,
+        name = f"{tag}/dense"   # rows [pt, pt + Ho) and columns [pl, pl + Wo), zeros past its end (output_padding)
+        win = np.pad(w, [(0, 0), (0, 0), (0, max(0, pt + Ho - kh)), (0, max(0, pl + Wo - kw))])[:, :, pt:, pl:]
+        win = win[:, :, :Ho, :Wo].reshape(C, -1).T
+        cv.add_item(cv.anchors.linear(n, x, N, name, win, None, name), name, (N, K * Ho * Wo), "float32")
+        cv.shapes[name] = (N, K, Ho, Wo)   # the interleave reads it as one phase (the same bytes)
         sh = sw = 1
         phases.append(name)
     # each phase vectorizes its innermost axis: channels last where there are as many as its columns or more
