@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -83,3 +85,20 @@ def fake(monkeypatch):
     tunekit.register_plugin(FAKE, "fake")
     yield FAKE
     tunekit.reload_plugins()  # the env var is restored after this, so the next use autoloads again
+
+
+def require(module: str, why: str = "") -> ModuleType:
+    """Import and return `module`, an optional dependency of the README's claimed networks (torch,
+    transformers, onnxscript, onnxruntime, onnx): in place of pytest.importorskip, also at module level.
+    A missing module skips outside CI, but fails the test under CI=true (as .ci/run runs), so that CI
+    cannot pass the claims by skipping them. A module that is installed but fails to import is an error."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and not f"{module}.".startswith(f"{e.name}."):
+            raise                           # installed, but something it imports is missing
+        missing = e                         # skip or fail outside the except: no "during handling" chain
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.skip(f"could not import {module!r}: {missing}", allow_module_level=True)
+    pytest.fail(f"{module} is not installed ({missing}); CI must run the network tests{f' ({why})' if why else ''}: "
+                f'.ci/run must install it (pip install -e ".[dev,networks]")', pytrace=False)

@@ -8,11 +8,12 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import require
 
 import tunekit
 from tunekit.errors import ArgumentError, ModelError
 
-onnx = pytest.importorskip("onnx")
+onnx = require("onnx")
 pytest.importorskip("llvmlite")
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -70,7 +71,7 @@ def depthwise_block(path):
 
 
 def reference(path, x):
-    ort = pytest.importorskip("onnxruntime")
+    ort = require("onnxruntime")
     return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
@@ -244,7 +245,7 @@ def _networks():
 def test_resnet18_and_mobilenet_v2_run_and_match_onnxruntime(tmp_path, name, exporter):
     """Both ways examples/networks.py writes them: onnx.helper, and torch.onnx.export of the torch.nn module."""
     if exporter == "torch":
-        pytest.importorskip("torch")
+        require("torch", "the torch exports of ResNet-18 and MobileNet-V2")
     path = getattr(_networks(), name)(str(tmp_path / f"{name}.onnx"), size=64, exporter=exporter)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -260,8 +261,8 @@ def test_resnet18_and_mobilenet_v2_run_and_match_onnxruntime(tmp_path, name, exp
 def test_the_torch_modules_and_both_onnx_files_of_a_network_compute_the_same(tmp_path, name):
     """examples/networks.py: the torch.nn module, its torch.onnx export and the onnx.helper file (written
     without PyTorch) have the same layers and weights (bench/e2e.py times the module against the file)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxruntime")
+    torch = require("torch", "the torch modules of ResNet-18 and MobileNet-V2")
+    require("onnxruntime")
     networks = _networks()
     x = RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)
     with torch.inference_mode():

@@ -8,12 +8,13 @@ import platform
 
 import numpy as np
 import pytest
+from conftest import require
 
 import tunekit
 from tunekit import ir, te
 from tunekit.errors import ModelError
 
-onnx = pytest.importorskip("onnx")
+onnx = require("onnx")
 from onnx import helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from tunekit_plugins.frontends.onnx.context import NodeContext  # noqa: E402
@@ -74,7 +75,7 @@ def check(op, inputs, n_out=1, opset=17, tol=0.0, ort=False, **attrs):
     returns the expected outputs."""
     node, feeds, m = model(op, inputs, attrs, n_out, opset)
     if ort:
-        rt = pytest.importorskip("onnxruntime")
+        rt = require("onnxruntime")
         expected = rt.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     else:
         expected = ReferenceEvaluator(m).run(None, feeds)
@@ -215,7 +216,7 @@ CONV_T = {   # x shape, weight shape, attrs, bias
 def torch_conv_transpose(x, w, bias, strides=None, pads=None, dilations=None, group=1, output_padding=None):
     """ConvTranspose by torch in float64: unpadded (torch pads both ends alike), then cropped by
     the pads after output_padding extends it (with zeros: no tap reaches there)."""
-    torch = pytest.importorskip("torch")
+    torch = require("torch", "ConvTranspose against torch, for the DCGAN claim")
     sp = x.ndim - 2
     pads, output_padding = pads or [0] * 2 * sp, output_padding or [0] * sp
     full = getattr(torch.nn.functional, f"conv_transpose{sp}d")(
@@ -226,14 +227,32 @@ def torch_conv_transpose(x, w, bias, strides=None, pads=None, dilations=None, gr
     return out if bias is None else out + bias.reshape(-1, *[1] * sp)
 
 
+def conv_transpose_case(case):
+    """(x, weight, bias or None, attrs, inputs for `check`) of CONV_T[case], seeded by the case."""
+    xs, ws, attrs, bias = CONV_T[case]
+    rng = np.random.default_rng(list(CONV_T).index(case))
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32) if bias else None
+    return x, w, b, attrs, [("data", x), ("const", w)] + ([("const", b)] if bias else [])
+
+
 @pytest.mark.parametrize("case", CONV_T)
 def test_conv_transpose(case):
-    xs, ws, attrs, bias = CONV_T[case]
-    x, w = data(*xs)[1], RNG.standard_normal(ws).astype(np.float32)
-    b = RNG.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32) if bias else None
-    inputs = [("data", x), ("const", w)] + ([("const", b)] if bias else [])
-    (out,) = check("ConvTranspose", inputs, tol=1e-5, ort="group" in attrs, **attrs)   # the reference: no groups
-    np.testing.assert_allclose(out, torch_conv_transpose(x, w, b, **attrs), rtol=1e-5, atol=1e-5)
+    *_, attrs, inputs = conv_transpose_case(case)
+    check("ConvTranspose", inputs, tol=1e-5, ort="group" in attrs, **attrs)   # the reference: no groups
+
+
+@pytest.mark.parametrize("case", CONV_T)
+def test_conv_transpose_matches_torch(case):
+    """The lowering against torch's conv_transpose, a reference apart from onnx's (checked first,
+    so a missing torch skips, or under CI fails, before anything passed)."""
+    x, w, b, attrs, inputs = conv_transpose_case(case)
+    want = torch_conv_transpose(x, w, b, **attrs).astype(np.float32)
+    node = model("ConvTranspose", inputs, attrs, 1, 17)[0]
+    holders, outs, arrays = lowered(node, inputs, [want])
+    (got,) = te.evaluate([*holders, *outs], arrays)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_conv_transpose_multiplies_only_the_taps_that_reach_an_output():
@@ -381,7 +400,7 @@ def gather_elements_model(data_, index, axis):
 ])
 def test_gather_elements_of_constants_folds_on_long_axes(tmp_path, shape, index, axis):
     from tunekit_plugins.frontends.onnx.load import fold
-    rt = pytest.importorskip("onnxruntime")
+    rt = require("onnxruntime")
     d = np.arange(np.prod(shape), dtype=np.int64).reshape(shape) * 3
     m = gather_elements_model(d, np.asarray(index, np.int64), axis)
     (want,) = rt.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
@@ -394,7 +413,7 @@ def test_gather_elements_of_constants_folds_on_long_axes(tmp_path, shape, index,
 @pytest.mark.parametrize("shape, index", [((2, 70), [[5, -1]]), ((3, 70), [[5, -1], [0, 69]])])
 def test_gather_elements_fold_with_indices_shorter_than_the_data_off_the_axis(tmp_path, shape, index):
     from tunekit_plugins.frontends.onnx.load import fold
-    rt = pytest.importorskip("onnxruntime")
+    rt = require("onnxruntime")
     m = gather_elements_model(np.arange(np.prod(shape), dtype=np.int64).reshape(shape), np.asarray(index, np.int64), 1)
     (want,) = rt.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
     np.testing.assert_array_equal(fold(m, str(tmp_path / "m.onnx"))[1]["out"], want)
@@ -404,7 +423,7 @@ def test_gather_elements_fold_with_indices_shorter_than_the_data_off_the_axis(tm
 def test_position_ids_gathered_from_a_long_constant_fold_and_the_model_compiles(tmp_path):
     """A BERT export's position ids: GatherElements of a [1, 512] arange by constant indices,
     then the embedding of those positions added to a graph input; onnxruntime agrees."""
-    pytest.importorskip("onnxruntime")
+    require("onnxruntime")
     pytest.importorskip("llvmlite")
     from test_onnx_graphs import check as check_model
     from test_onnx_graphs import save

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require
 
 import tunekit
 from tunekit.cli import main as cli
 from tunekit.errors import ModelError, RecipeError
 
-onnx = pytest.importorskip("onnx")
+onnx = require("onnx")
 pytest.importorskip("llvmlite")
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -130,7 +131,7 @@ def test_the_committed_torch_export_of_a_tiny_mobilenet_v2_runs_and_matches_onnx
 
 
 def test_a_fresh_torch_export_of_a_tiny_mobilenet_v2_runs_and_matches_onnxruntime(tmp_path):
-    pytest.importorskip("torch")
+    require("torch", "a fresh torch export of MobileNet-V2")
     import importlib.util
     spec = importlib.util.spec_from_file_location("make_tiny_mobilenet", MODELS / "make_tiny_mobilenet.py")
     maker = importlib.util.module_from_spec(spec)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import require
 
-torch = pytest.importorskip("torch")
-ort = pytest.importorskip("onnxruntime")
-onnx = pytest.importorskip("onnx")
+torch = require("torch", "the DQN, DCGAN and LSTM LM claims")
+ort = require("onnxruntime", "the DQN, DCGAN and LSTM LM claims")
+onnx = require("onnx", "the DQN, DCGAN and LSTM LM claims")
 import networks  # noqa: E402  (examples/, on sys.path by conftest.py)
 
 # the graph's inputs and outputs: name -> (shape, ONNX element type)

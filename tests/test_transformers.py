@@ -1,7 +1,8 @@
 """Transformers through the ONNX frontend, against onnxruntime: the patterns BERT's and GPT-2's
 exports are made of (attention with a padding mask, a residual Add into LayerNormalization, GELU
 by erf and by tanh, GPT-2's QKV Split), written with onnx.helper, and whole small BERT and GPT-2
-models exported by examples/transformer_nets.py (skipped without torch, transformers and onnxscript)."""
+models exported by examples/transformer_nets.py (they need torch, transformers and onnxscript:
+skipped without them, failed under CI=true)."""
 from __future__ import annotations
 
 import platform
@@ -9,11 +10,12 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import require
 
 import tunekit
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+onnx = require("onnx", "the BERT and GPT-2 claims")
+ort = require("onnxruntime", "the BERT and GPT-2 claims")
 pytest.importorskip("llvmlite")
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
 import transformer_nets  # noqa: E402  (examples/, on sys.path by conftest.py; imports torch only when used)
@@ -128,7 +130,7 @@ def test_gpt2_qkv_split_into_heads_matches_onnxruntime(tmp_path):
 def exported(request, tmp_path_factory):
     """(net, path, compiled model): the small network exported and compiled untuned."""
     for module in ("torch", "transformers", "onnxscript"):
-        pytest.importorskip(module)
+        require(module, "the BERT and GPT-2 claims")
     net = request.param
     path = transformer_nets.export(net, str(tmp_path_factory.mktemp(net) / f"{net}.onnx"), 0, **SIZE)
     with warnings.catch_warnings():
