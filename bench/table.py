@@ -39,7 +39,7 @@ def ratio(base: dict, ours: dict) -> str:
 
 
 def ms(t: dict) -> str:
-    return f"{t['median'] * 1e3:.3g} ms ({t['min'] * 1e3:.3g}-{t['max'] * 1e3:.3g})"
+    return f"{t['median'] * 1e3:#.3g} ms ({t['min'] * 1e3:#.3g}-{t['max'] * 1e3:#.3g})"
 
 
 def trials(st: dict) -> str:
@@ -57,8 +57,9 @@ def e2e_row(doc: dict) -> list[str]:
         name += f", {f['flops'] / s['tunekit']['median'] / 1e9:.0f} GFLOPS"
     untuned = (f"; untuned {first['seconds']['onnxruntime']['median'] / first['seconds']['tunekit']['median']:.2f}x "
                "onnxruntime" if first["trials_per_task"] == 0 and first is not last else "")
-    return [name, ms(s["tunekit"]), "; ".join(f"{k} {ms(s[k])}" for k in bases),
-            "; ".join(f"{ratio(s[k], s['tunekit'])} {k}" for k in bases) + untuned, trials(last)]
+    side = {"pytorch": "PyTorch"}
+    return [name, ms(s["tunekit"]), "; ".join(f"{side.get(k, k)} {ms(s[k])}" for k in bases),
+            "; ".join(f"{ratio(s[k], s['tunekit'])} {side.get(k, k)}" for k in bases) + untuned, trials(last)]
 
 
 def matmul_row(doc: dict) -> list[str]:
