@@ -155,18 +155,9 @@ def _split(name: str, axis: list[IterVar], body: ir.Expr) -> ir.Expr:
     return out
 
 
-class _Outermost(ir.Visitor):
-    def __init__(self):
-        self.found: list[Reduce] = []
-
-    def visit_Reduce(self, r):   # not descending: a reduction inside it is not outermost
-        self.found.append(r)
-
-
 def _reductions(expr) -> list[Reduce]:
     """The outermost reductions in `expr`."""
-    (v := _Outermost()).visit(expr)
-    return v.found
+    return [expr] if isinstance(expr, Reduce) else [r for c in ir.children(expr) for r in _reductions(c)]
 
 
 def _reduce(combiner: str, expr, axis) -> Reduce:
