@@ -44,6 +44,7 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from common import (
+    RESULTS,
     alternate,
     in_process,
     load_now,
@@ -204,7 +205,8 @@ def main() -> None:
     ap.add_argument("--layouts", choices=("rule", "search"), default="rule",
                     help="search: also tune each layer in the other channel blocks it may take, the compiled "
                          "network's blocks picked per tensor by the records (the graph tuner)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "e2e"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "e2e"), help="databases and ONNX files")
+    ap.add_argument("--results", default=RESULTS, help="where the figures' JSON files go (the README's: default)")
     a = ap.parse_args()
     stages = sorted({int(s) for s in (a.stages or ("8,32" if a.quick else "16,64")).split(",") if s} - {0})
     has_torch = importlib.util.find_spec("torch") is not None
@@ -221,7 +223,7 @@ def main() -> None:
     print("\n".join(facts["baselines"]))
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
-    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch, a.layouts, facts) for net in nets}
+    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch, a.layouts, facts, a.results) for net in nets}
     print(f"\nwhole benchmark: {time.monotonic() - t0:.0f} s; machine load now {load_now()}")
     plot(curves, os.path.join(a.out, f"e2e_{a.size}.png"))
 
@@ -232,7 +234,7 @@ def _ms(r) -> str:
 
 
 def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: bool,
-          layouts: str, facts: dict) -> dict:
+          layouts: str, facts: dict, results: str = RESULTS) -> dict:
     """Tune and time one network; write its figures to bench/results/e2e-<tag>.json. Returns the curve."""
     import tunekit
     started = time.time()
@@ -319,7 +321,7 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
           f"{statistics.median(run_times(model, x)) * 1e3:.3f} ms")
     from tunekit.cli.run import matmul_share
     print(f"  {matmul_share(rows)}")
-    print(f"  figures: {write_result(f'e2e-{tag}', facts, figures, started)}")
+    print(f"  figures: {write_result(f'e2e-{tag}', facts, figures, started, results)}")
     return points
 
 

@@ -193,11 +193,14 @@ class ExpressionEmitter:
 
     def exp_f32(self, x: ll.Value) -> ll.Value:
         """e**x in float32 inline (Cephes' expf: 2**n times a degree-6 polynomial, about
-        1 ulp): LLVM lowers `llvm.exp` on vectors to one libm call per lane."""
+        1 ulp): LLVM lowers `llvm.exp` on vectors to one libm call per lane. Below the smallest
+        normal result it is 0: a masked softmax's probabilities are then 0, not denormals, which
+        every product with them would slow down many times over on CPUs that trap to microcode."""
         b, t = self.b, x.type
         c = lambda v: self._splat(t, v)
         it = ll.VectorType(ll.IntType(32), t.count) if isinstance(t, ll.VectorType) else ll.IntType(32)
         clamp = lambda name, v, bound: b.call(self.intrinsic(name, [t], t, [t, t]), [v, c(bound)])
+        under = b.fcmp_ordered("<", x, c(-87.33654))
         x = clamp("llvm.minnum", clamp("llvm.maxnum", x, -87.33654), 88.72283)
         n = b.call(self.intrinsic("llvm.floor", [t], t, [t]), [b.fadd(b.fmul(x, c(1.44269504)), c(0.5))])
         r = b.fsub(b.fsub(x, b.fmul(n, c(0.693359375))), b.fmul(n, c(-2.12194440e-4)))
@@ -206,7 +209,7 @@ class ExpressionEmitter:
             p = b.fadd(b.fmul(p, r), c(k))
         p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), c(1.0))
         scale = b.bitcast(b.shl(b.add(b.fptosi(n, it), self._splat(it, 127)), self._splat(it, 23)), t)
-        return b.fmul(p, scale)
+        return b.select(under, c(0.0), b.fmul(p, scale))
 
     def tanh_f32(self, x: ll.Value) -> ll.Value:
         """tanh(x) = 1 - 2 / (e**(2x) + 1) through `exp_f32`; x - x**3/3 + 2x**5/15 near 0,
