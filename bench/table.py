@@ -5,7 +5,9 @@
     python bench/table.py --write    # replace the README's table with it
 
 A ratio is the baseline's median over tunekit's; where the two sides' min-max ranges over
-the rounds overlap, the row says parity instead of a win or a loss. tests/test_bench_table.py
+the rounds overlap, the row says parity instead of a win or a loss. The network rows are
+one run's (bench/results/e2e-NET.json); a later run of one network after a change is kept
+as e2e-NET@WHAT-CHANGED.json and shown as a row of its own below them. tests/test_bench_table.py
 fails when the README's table is not what this prints.
 """
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,7 +42,9 @@ def ratio(base: dict, ours: dict) -> str:
 
 
 def ms(t: dict) -> str:
-    return f"{t['median'] * 1e3:#.3g} ms ({t['min'] * 1e3:#.3g}-{t['max'] * 1e3:#.3g})"
+    """Milliseconds, median (min-max), to 3 significant digits."""
+    d = lambda x: f"{x * 1e3:.{max(0, 2 - math.floor(math.log10(x * 1e3)))}f}"
+    return f"{d(t['median'])} ms ({d(t['min'])}-{d(t['max'])})"
 
 
 def trials(st: dict) -> str:
@@ -95,7 +100,8 @@ def table(docs: dict) -> str:
     for name in names:
         doc = docs[name]
         label, _ = runs.setdefault((doc["command"], doc["run_started"]), (f"{chr(ord('A') + len(runs))}", doc))
-        rows.append([*ROWS[name.split("-", 1)[0]](doc), label])
+        what, *after = ROWS[name.split("-", 1)[0]](doc)
+        rows.append([what + "".join(f" (after {n.replace('-', ' ')})" for n in name.split("@")[1:]), *after, label])
     head = ["| benchmark | tunekit | baseline | ratio | trials behind it | run |", "|---|---|---|---|---|---|"]
     return "\n".join([BEGIN, "Runs:", *(run_line(k, d) for k, d in runs.values()), "", *head,
                       *("| " + " | ".join(r) + " |" for r in rows), END])
