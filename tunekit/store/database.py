@@ -9,6 +9,7 @@ import socket
 import sqlite3
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from urllib.parse import quote
 
 from tunekit._version import __version__
@@ -103,9 +104,8 @@ class Database:
                     self.conn.execute("DROP TABLE IF EXISTS claims")   # an older tunekit's (claims are transient)
                 self.conn.executescript(_SCHEMA)
                 cols = {r[1] for r in self.conn.execute("PRAGMA table_info(trials)")}
-                for col in ("space", "code"):   # a database of an older tunekit
-                    if col not in cols:
-                        self.conn.execute(f"ALTER TABLE trials ADD COLUMN {col} TEXT")
+                for col in {"space", "code"} - cols:   # a database of an older tunekit
+                    self.conn.execute(f"ALTER TABLE trials ADD COLUMN {col} TEXT")
                 self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
                 self.conn.commit()
                 return
@@ -114,13 +114,11 @@ class Database:
                     raise
                 time.sleep(0.05)
 
-    @property
+    @cached_property
     def _space(self) -> str:
         """The `space` and `code` columns, or NULLs in a database of an older tunekit opened read-only."""
-        if getattr(self, "_space_col", None) is None:
-            cols = {r[1] for r in self._rows("PRAGMA table_info(trials)")}
-            self._space_col = ", ".join(c if c in cols else "NULL" for c in ("space", "code"))
-        return self._space_col
+        cols = {r[1] for r in self._rows("PRAGMA table_info(trials)")}
+        return ", ".join(c if c in cols else "NULL" for c in ("space", "code"))
 
     def _rows(self, sql: str, params=()) -> list[tuple]:
         """Run a query; a corrupted file is a StorageError naming it, not a traceback."""
@@ -147,11 +145,6 @@ class Database:
                 self.conn.execute("INSERT OR IGNORE INTO computations VALUES (?, ?)", (task.key, computation))
             except sqlite3.DatabaseError as e:
                 raise storage_error(self.path, e) from None
-        try:   # the claims this process holds are alive: committed with the trial
-            self.conn.execute("UPDATE claims SET timestamp=? WHERE host=? AND pid=?",
-                              (time.time(), socket.gethostname(), os.getpid()))
-        except sqlite3.DatabaseError as e:
-            raise storage_error(self.path, e) from None
         rid = self.insert(row)
         if self.log:
             try:
@@ -164,8 +157,11 @@ class Database:
         return rid
 
     def insert(self, row: dict) -> int:
-        """Insert one row of table `trials` (column -> value), commit it, return its id."""
+        """Insert one row of table `trials` (column -> value), commit it, return its id; the claims this
+        process holds are refreshed with it (they are alive)."""
         try:
+            self.conn.execute("UPDATE claims SET timestamp=? WHERE host=? AND pid=?",
+                              (time.time(), socket.gethostname(), os.getpid()))
             cur = self.conn.execute(f"INSERT INTO trials ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                                     list(row.values()))
             self.conn.commit()
@@ -196,14 +192,12 @@ class Database:
 
     def claim(self, key: TaskKey, run: str, indices: list[int], budget: int, run_budget: int, space: str,
               code: str) -> tuple[list[int], list[int]]:
-        """Claim configs of a task for measuring, atomically across processes: those not measured
-        in the space whose fingerprint is `space` by code `code` (`TaskSpace.code`) nor claimed
-        there by another live process, while the run's trials plus its pending claims stay within
-        `budget` for this task and within `run_budget` over all the run's tasks. Claims of gone
-        processes are dropped first: of a process of this host that has ended, or of any host not
-        refreshed for `CLAIM_TTL_S` (a process refreshes its claims with each trial it records).
-        Returns (indices this process got, indices another process measured or claimed);
-        the rest were left out by the budgets."""
+        """Claim configs of a task for measuring, atomically across processes: those not measured in space
+        `space` by code `code` (`TaskSpace.code`) nor claimed there by another live process, while the run's
+        trials plus pending claims stay within `budget` for this task and `run_budget` over all its tasks.
+        Claims of gone processes are dropped first: of an ended process of this host, or of any host not
+        refreshed for `CLAIM_TTL_S`. Returns (indices this process got, indices another process measured
+        or claimed); the rest were left out by the budgets."""
         host, me, now = socket.gethostname(), os.getpid(), time.time()
         task = (key.workload, key.target, key.device, key.template)
         where = "workload=? AND target=? AND device=? AND template=?"
