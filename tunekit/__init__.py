@@ -29,13 +29,13 @@ from tunekit.recipe.model import Recipe, load_recipe
 from tunekit.recipe.run import tune
 from tunekit.records import Outcome, Trial
 from tunekit.runners import Runner, TimingPolicy
-from tunekit.targets import Artifact, DeviceInfo, RunSettings, Target
+from tunekit.targets import Artifact, DeviceInfo, NetworkChoices, RunSettings, Target
 from tunekit.task import TaskSpace, TaskSpec
 
 __all__ = [
-    "Artifact", "Candidate", "CompiledModel", "CostModel", "DeviceInfo", "Explorer", "Frontend", "Op", "OpArgs",
-    "Options", "Outcome", "Recipe", "RunSettings", "Runner", "Size", "Target", "Task", "TaskSpace", "TaskSpec",
-    "Template", "TimingPolicy", "Trial", "__version__", "apply_history_best", "build", "compile_model", "empty",
-    "extract_tasks", "feature_matrix", "hookimpl", "load_recipe", "register_plugin", "registry", "reload_plugins",
-    "tune", "unregister_plugin",
+    "Artifact", "Candidate", "CompiledModel", "CostModel", "DeviceInfo", "Explorer", "Frontend", "NetworkChoices",
+    "Op", "OpArgs", "Options", "Outcome", "Recipe", "RunSettings", "Runner", "Size", "Target", "Task", "TaskSpace",
+    "TaskSpec", "Template", "TimingPolicy", "Trial", "__version__", "apply_history_best", "build", "compile_model",
+    "empty", "extract_tasks", "feature_matrix", "hookimpl", "load_recipe", "register_plugin", "registry",
+    "reload_plugins", "tune", "unregister_plugin",
 ]

@@ -62,6 +62,24 @@ class Artifact:
     meta: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class NetworkChoices:
+    """What a target declares about running whole networks (`Target.network_choices`);
+    the core's graph passes read it and decide nothing about the hardware themselves."""
+    #: the channel block of activations in blocked layouts ("NCHW{b}c"); 0: plain NCHW
+    channel_block: int = 0
+    #: the ops run in blocked layouts (of conv2d, depthwise_conv2d and the 2-D pools)
+    blocked_ops: frozenset[str] = frozenset()
+    #: the column panel width that constant matmul weights are packed in; 0: as they are
+    panel_width: int = 0
+    #: the Winograd output tiles a blocked 3x3 stride-1 conv2d may run (`conv2d_winograd`)
+    winograd_tiles: tuple[int, ...] = ()
+    #: whether an inverted-residual chain may run as one `mbconv` kernel
+    mbconv: bool = False
+    #: products of constant weights with fewer rows than this run as `dense`, the others as `matmul`
+    dense_rows: int = 16
+
+
 @dataclass
 class RunSettings:
     """How to time a kernel (from the recipe's [measure] section)."""
@@ -136,6 +154,11 @@ class Target(Component):
             return (f"the arrays of {task.name} need {need / 2**30:.1f} GiB, more than the {mem / 2**30:.1f} GiB "
                     f"of memory of target {self.name!r}; use smaller sizes")
         return ""
+
+    def network_choices(self) -> NetworkChoices:
+        """Return the choices a network compiled for this target takes (layouts, packed
+        weights, the algorithms its layers may run); the default takes none of them."""
+        return NetworkChoices()
 
     def code_version(self) -> str:
         """Return what identifies the code this target generates for a program: it changes when the same

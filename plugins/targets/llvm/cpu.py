@@ -153,6 +153,14 @@ class _CpuTarget(tunekit.Target):
         pb.getModulePassManager().run(mod, pb)
         return text, mod
 
+    def network_choices(self) -> tunekit.NetworkChoices:
+        """Activations in blocks of a float32 vector, matmul weights in panels of two, Winograd's
+        F(2x2) and F(4x4) and fused inverted residuals: what this plugin's templates schedule."""
+        lanes = self.device().lanes("float32")
+        return tunekit.NetworkChoices(channel_block=lanes, panel_width=2 * lanes, winograd_tiles=(2, 4), mbconv=True,
+                                      blocked_ops=frozenset({"conv2d", "depthwise_conv2d", "max_pool2d",
+                                                             "avg_pool2d", "global_avg_pool2d"}))
+
     def code_version(self) -> str:
         llvm = "none" if _llvmlite_missing() else ".".join(map(str, _llvm().llvm_version_info))
         return f"{super().code_version()}-llvm{llvm}"
