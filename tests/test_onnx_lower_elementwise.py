@@ -1,5 +1,5 @@
-"""The te lowerings of ONNX elementwise and reduction nodes (lower_elementwise.py,
-lower_reduce.py): each one-node model lowered, computed with te.evaluate and compared with
+"""The te lowerings of ONNX elementwise and reduction nodes (the ONNX frontend's translation
+to `tunekit.topi`): each one-node model lowered, computed with te.evaluate and compared with
 onnx's reference evaluator; a few compiled for x86 through LLVM."""
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import platform
 import numpy as np
 import pytest
 from tunekit_plugins.frontends.onnx.context import NodeContext
-from tunekit_plugins.frontends.onnx.lower_elementwise import KINDS as EW_KINDS
-from tunekit_plugins.frontends.onnx.lower_elementwise import LOWERINGS as EW
-from tunekit_plugins.frontends.onnx.lower_elementwise import broadcast_load, erf
-from tunekit_plugins.frontends.onnx.lower_reduce import KINDS as RED_KINDS
-from tunekit_plugins.frontends.onnx.lower_reduce import LOWERINGS as RED
+from tunekit_plugins.frontends.onnx.lowerings import ELEMENTWISE as EW
+from tunekit_plugins.frontends.onnx.lowerings import ELEMENTWISE_KINDS as EW_KINDS
+from tunekit_plugins.frontends.onnx.lowerings import REDUCTION_KINDS as RED_KINDS
+from tunekit_plugins.frontends.onnx.lowerings import REDUCTIONS as RED
 
 import tunekit
 from tunekit import te
 from tunekit.errors import ModelError
 from tunekit.te.tensor import PlaceholderOp
+from tunekit.topi.elementwise import broadcast_load, erf
 
 onnx = pytest.importorskip("onnx")
 from onnx import helper, numpy_helper  # noqa: E402

@@ -13,14 +13,14 @@ from conftest import require
 import tunekit
 from tunekit import ir, te
 from tunekit.errors import ModelError
+from tunekit.topi.layout import broadcast_index, broadcast_shape
 
 onnx = require("onnx")
 from onnx import helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from tunekit_plugins.frontends.onnx.context import NodeContext  # noqa: E402
 from tunekit_plugins.frontends.onnx.lower_layout import LOWERINGS as LAYOUT  # noqa: E402
-from tunekit_plugins.frontends.onnx.lower_layout import broadcast_index, broadcast_shape  # noqa: E402
-from tunekit_plugins.frontends.onnx.lower_linear import LOWERINGS as LINEAR  # noqa: E402
+from tunekit_plugins.frontends.onnx.lowerings import LINEAR  # noqa: E402
 
 LOWERINGS = {**LAYOUT, **LINEAR}
 ON_X86 = platform.machine().lower() in ("x86_64", "amd64")

@@ -1,10 +1,7 @@
-"""What a lowering of one ONNX node to te sees: its attributes, its inputs (te tensors, or
-the values of those that are constants), its output shapes, and how to fail.
-
-A lowering is `fn(cx: NodeContext) -> list[te.Tensor]` (one per output of the node),
-registered in `LOWERINGS` under the ONNX op type; `KINDS` says how the fusion pass may
-group it (see `lowerings.py`).
-"""
+"""What a lowering of one ONNX node to te sees: its attributes, its inputs (te tensors, or the values of
+those that are constants), its output shapes, and how to fail. A lowering is `fn(cx: NodeContext) ->
+list[te.Tensor]` (one per output of the node) that reads the node and calls `tunekit.topi`, registered
+through `lowerings` in `LOWERINGS` under the ONNX op type (see `lowerings.py`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,7 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from tunekit import te
-from tunekit.errors import ModelError
+from tunekit.errors import ArgumentError, ModelError
+from tunekit.topi import elementwise
 
 #: the te dtype of each ONNX element type a tensor may have inside a graph
 ONNX_DTYPES = {1: "float32", 11: "float64", 10: "float16", 7: "int64", 6: "int32", 9: "bool", 2: "uint8",
@@ -63,13 +61,17 @@ class NodeContext:
                             "shapes only)")
         return v
 
-    def shape(self, k: int) -> tuple:
-        v = self.values[k]
-        return tuple(v.shape)
+    def scalar(self, k: int, what: str):
+        """Return the value of input `k`, a constant of one element (`what` names it in the errors)."""
+        if (v := self.need_const(k, what)).size != 1:
+            raise self.fail(f"its {what} (input {k}) has {v.size} elements; only a single value is supported")
+        return v.reshape(()).item()
 
-    def dtype(self, k: int) -> str:
-        v = self.values[k]
-        return v.dtype if isinstance(v, te.Tensor) else str(v.dtype)
+    def ints(self, k: int, name: str) -> list[int] | None:
+        """Return the integers `name`: an attribute in older opsets, constant input `k` in newer; None if absent."""
+        if name in self.attrs:
+            return [int(v) for v in self.attrs[name]]
+        return [int(v) for v in self.need_const(k, name).reshape(-1)] if self.has(k) else None
 
     def tensor(self, k: int) -> te.Tensor:
         """Return input `k` as a te tensor: data as it is; a one-element constant as a compute that
@@ -78,9 +80,7 @@ class NodeContext:
         if isinstance(v, te.Tensor):
             return v
         if v.size == 1:
-            value = v.reshape(()).item()
-            dtype = str(v.dtype) if str(v.dtype) != "bool" else "bool"
-            return te.compute(v.shape, lambda *i: _const(value, dtype), name=f"{ident(self.name)}_c{k}")
+            return elementwise.full(v.shape, v.reshape(()).item(), str(v.dtype), f"{ident(self.name)}_c{k}")
         if self._placeholder is None:
             raise self.fail(f"its input {k} is a constant of {v.size} elements, which this lowering does not read")
         return self._placeholder(k)
@@ -101,10 +101,17 @@ def attrs_of(node) -> dict:
     return out
 
 
-def _const(value, dtype: str):
-    from tunekit import ir
-    return ir.const(bool(value) if dtype == "bool" else int(value) if dtype.startswith(("int", "uint")) else
-                    float(value), dtype)
+def lowerings(table: dict) -> dict:
+    """Return `table` (op type -> lowering) with each lowering raising the ArgumentError of a
+    `tunekit.topi` function it calls as the node's ModelError (`NodeContext.fail`)."""
+    def translated(fn):
+        def lower(cx: NodeContext) -> list[te.Tensor]:
+            try:
+                return fn(cx)
+            except ArgumentError as e:
+                raise cx.fail(str(e)) from e
+        return lower
+    return {op: translated(fn) for op, fn in table.items()}
 
 
 def ident(name: str) -> str:

@@ -13,7 +13,7 @@ import copy
 
 import numpy as np
 
-from tunekit import te
+from tunekit import te, topi
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node
 
@@ -240,10 +240,7 @@ class _Converter:
 
 def _columns(start: int, width: int):
     """The lowering of columns [start, start + width) of a tensor's last axis."""
-    def lower(cx) -> list[te.Tensor]:
-        x = cx.tensor(0)
-        return [te.compute((*x.shape[:-1], width), lambda *i: x[(*i[:-1], i[-1] + start)], name="columns")]
-    return lower
+    return lambda cx: [topi.layout.columns(cx.tensor(0), start, width, "columns")]
 
 
 class _Renamed:

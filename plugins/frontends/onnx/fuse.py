@@ -12,8 +12,8 @@ A reshape-like node left alone is an alias (the same bytes under another shape).
 """
 from __future__ import annotations
 
-from tunekit import ir, te
-from tunekit.te.tensor import ComputeOp
+from tunekit import te
+from tunekit.topi import elementwise
 
 from .context import NodeContext, ident
 
@@ -71,23 +71,14 @@ def fuse(items: list, made: dict, consumers: dict) -> None:
 
 
 def group_tensors(cv, root: TeItem) -> tuple[list[str], list[te.Tensor]]:
-    """The te computation of `root`'s group: the tensors it reads from outside (their names)
-    and the te tensors (placeholders in that order, then the output). Bool tensors cross
-    kernels as uint8 (a kernel's arrays are never bool)."""
-    env: dict[str, te.Tensor] = {}
-    reads: list[str] = []
-    holders: dict[str, te.Tensor] = {}
-    placeholders: list[te.Tensor] = []
+    """The te computation of `root`'s group: the tensors it reads from outside (their names) and the
+    te tensors (placeholders in that order, then the output; bool tensors cross kernels as uint8)."""
+    env, params = {}, {}   # tensor -> its te tensor; one read from outside -> (placeholder, te tensor read)
 
     def outside(name: str) -> te.Tensor:
-        if name not in holders:
-            dtype = cv.dtype(name)
-            p = te.placeholder(cv.shapes[name], ident(name), "uint8" if dtype == "bool" else dtype)
-            reads.append(name)
-            placeholders.append(p)
-            holders[name] = p if dtype != "bool" else te.compute(
-                p.shape, lambda *i: ir.ne(p[i], ir.const(0, "uint8")), name=f"{p.name}_mask")
-        return holders[name]
+        if name not in params:
+            params[name] = elementwise.kernel_parameter(cv.shapes[name], ident(name), cv.dtype(name))
+        return params[name][1]
 
     for m in root.members:   # in an order that computes each before its reader (`fuse`)
         values = [None if not i else env[i] if i in env else cv.consts[cv.name(i)] if cv.name(i) in cv.consts
@@ -95,12 +86,7 @@ def group_tensors(cv, root: TeItem) -> tuple[list[str], list[te.Tensor]]:
         cx = NodeContext(m.op_type, m.name, m.attrs, values, [cv.shapes[o] for o in m.outputs],
                          [cv.dtype(o) for o in m.outputs], lambda k, m=m: outside(m.inputs[k]), cv.path)
         env[m.output] = m.fn(cx)[m.index]
-    out = env[root.output]
-    if not isinstance(out.op, ComputeOp):   # a node that returns its input (a Cast to its own type)
-        out = te.compute(out.shape, lambda *i: out[i], name=f"{out.name}_copy")
-    if out.dtype == "bool":
-        out = te.compute(out.shape, lambda *i: ir.cast(out[i], "uint8"), name=f"{out.name}_u8")
-    return reads, [*placeholders, out]
+    return list(params), [*(p for p, _ in params.values()), elementwise.kernel_output(env[root.output])]
 
 
 def group_name(root: TeItem) -> str:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tunekit import ir, te
+from tunekit import te
 from tunekit.graph import Node
+from tunekit.topi import linear
 
 from .context import attrs_of, ident
 from .fuse import Fixed, TeItem
@@ -35,25 +36,6 @@ def _axis(size: int, out: int, k: int, s: int, pad: int, r: int) -> tuple[int, i
     taps = -(-(k - c) // s) if k > c else 0
     d = (r + pad - c) // s
     return -(-(out - r) // s), taps, d - taps + 1
-
-
-def phase_tensors(N, C, H, W, K, Q, P, A, B, off_h, off_w, last: bool = False) -> list[te.Tensor]:
-    """out[n, k, q, p] = sum x[n, c, q + off_h + a, p + off_w + b] * w[k, c, a, b], zero outside x;
-    with `last`, channels last: out[n, q, p, k] from w[a, b, c, k]."""
-    x = te.placeholder((N, C, H, W), "data")
-    w = te.placeholder((A, B, C, K) if last else (K, C, A, B), "weight")
-    lo_h, lo_w = max(0, -off_h), max(0, -off_w)
-    hp, wp = max(H + lo_h, Q + off_h + lo_h + A - 1), max(W + lo_w, P + off_w + lo_w + B - 1)
-    pad = te.compute((N, C, hp, wp), lambda n, c, i, j: te.if_then_else(
-        te.all_(i >= lo_h, i < H + lo_h, j >= lo_w, j < W + lo_w), x[n, c, i - lo_h, j - lo_w], 0.0), name="pad")
-    rc, ra, rb = te.reduce_axis(C, "rc"), te.reduce_axis(A, "ra"), te.reduce_axis(B, "rb")
-
-    def f(n, k, q, p):
-        tap = w[ra, rb, rc, k] if last else w[k, rc, ra, rb]
-        return te.sum(pad[n, rc, q + off_h + lo_h + ra, p + off_w + lo_w + rb] * tap, axis=[rc, ra, rb])
-    if last:
-        return [x, w, te.compute((N, Q, P, K), lambda n, q, p, k: f(n, k, q, p), name="phase")]
-    return [x, w, te.compute((N, K, Q, P), f, name="phase")]
 
 
 def expand(cv, n) -> None:
@@ -91,7 +73,7 @@ def expand(cv, n) -> None:
             ch, cw = (rh + pt) % sh, (rw + pl) % sw
             sub = w[:, :, ch::sh, cw::sw][:, :, ::-1, ::-1]   # [C, K, A, B], flipped
             weight = cv.const(f"{name}/w", sub.transpose(2, 3, 0, 1) if last else sub.transpose(1, 0, 2, 3))
-            data = te.to_data(phase_tensors(N, C, H, W, K, Q, P, A, B, oh, ow, last))
+            data = te.to_data(linear.conv_transpose_phase(N, C, H, W, K, Q, P, A, B, oh, ow, last))
             node = Node("onnx_conv_transpose_phase", {}, [x, weight], name, f"{n.name or tag} phase {rh}{rw}",
                         "ConvTranspose", computation=data)
             cv.add_item(Fixed(node), name, shape, "float32")
@@ -104,18 +86,7 @@ def expand(cv, n) -> None:
 
 
 def interleave(cx) -> list[te.Tensor]:
-    """out[n, k, oh, ow] = phase (oh mod s, ow mod s) at (oh div s, ow div s), times a
-    per-channel scale, plus a per-channel shift (the inputs: phases, scale, shift)."""
-    sh, sw = cx.attrs["strides"]
-    phases = [cx.tensor(k) for k in range(sh * sw)]
-    at = (lambda t, n, k, q, p: t[n, q, p, k]) if cx.attrs["last"] else (lambda t, n, k, q, p: t[n, k, q, p])
-    scale, shift = cx.tensor(sh * sw), cx.tensor(sh * sw + 1)
-
-    def f(n, k, oh, ow):
-        qh, qw = oh // sh, ow // sw
-        value = at(phases[-1], n, k, qh, qw)
-        for p in range(sh * sw - 2, -1, -1):
-            value = ir.select(te.all_(ir.eq(oh % sh, p // sw), ir.eq(ow % sw, p % sw)), at(phases[p], n, k, qh, qw),
-                              value)
-        return value * scale[k] + shift[k]
-    return [te.compute(cx.out_shapes[0], f, name=ident(cx.name))]
+    """The lowering of the interleave (`tunekit.topi.linear.interleave`), its inputs the phases, scale, shift."""
+    n = len(cx.values) - 2
+    return [linear.interleave([cx.tensor(k) for k in range(n)], cx.tensor(n), cx.tensor(n + 1), cx.attrs["strides"],
+                              cx.attrs["last"], cx.out_shapes[0], ident(cx.name))]

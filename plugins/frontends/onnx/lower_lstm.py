@@ -6,15 +6,15 @@
   in one kernel, reading its slice of the projection and the previous state in place and
   writing its state ([h; c], [2, B, H]) into one tensor of all steps (views: every step
   is the same task, tuned once for all T); the recurrent weights regrouped once, here;
-- Y, Y_h and Y_c read out of the states by small te nodes (fused into their readers).
+- Y, Y_h and Y_c read out of the states by small te nodes (`tunekit.topi.layout.lstm_output`, fused into their readers).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tunekit import te
 from tunekit.graph import Node
 from tunekit.ops import lstm_step
+from tunekit.topi import layout
 
 from .context import attrs_of, ident
 from .fuse import Fixed, TeItem
@@ -56,12 +56,9 @@ def expand(cv, n) -> None:
         node = Node("lstm_step", {"B": B, "H": H}, [view, prev, rec], out, f"{n.name or tag} step {t}", "LSTM")
         cv.add_item(Fixed(node), out, (2, B, H), "float32")
         prev = out
-    readers = {0: lambda s: te.compute((T, 1, B, H), lambda t, d, bb, j: s[t, 0, bb, j], name=f"{tag}_y"),
-               1: lambda s: te.compute((1, B, H), lambda d, bb, j: s[T - 1, 0, bb, j], name=f"{tag}_y_h"),
-               2: lambda s: te.compute((1, B, H), lambda d, bb, j: s[T - 1, 1, bb, j], name=f"{tag}_y_c")}
     for k, o in enumerate(n.output):
         if o and cv.consumers.get(o):
-            item = TeItem("LSTM", n.name, {}, [states], [o], 0, lambda cx, k=k: [readers[k](cx.tensor(0))],
-                          "injective")
+            item = TeItem("LSTM", n.name, {}, [states], [o], 0, lambda cx, k=k: [layout.lstm_output(
+                cx.tensor(0), k, f"{tag}_{('y', 'y_h', 'y_c')[k]}")], "injective")
             cv.add_item(item, o, cv.shapes[o], "float32")
 
