@@ -1,28 +1,33 @@
 """The core's packages are layers: a module imports from its own layer and those below,
-never from one above, and no imports go round in a cycle (the loop IR's nodes and
-printer excepted). Names are resolved at the edge (the plugin layer): a Task made
-from an Op object loads no plugin."""
+never from one above (type-checking imports included), and no imports go round in a cycle
+(the loop IR's nodes and printer excepted). A few pairs the layer order allows are
+forbidden still; the core loads modules by name only where listed; the built-in plugins
+import only the modules the facade declares public. Names are resolved at the edge (the
+plugin layer): a Task made from an Op object loads no plugin."""
 from __future__ import annotations
 
 import ast
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import tunekit
 
 CORE = Path(tunekit.__file__).parent
+ROOT = Path(__file__).resolve().parent.parent
 
 #: the layers, lowest first: each names the top-level modules and packages of tunekit/ in it
 LAYERS = [
     ["_version", "errors", "records", "memory", "component"],   # leaves
     ["ir"],
     ["te"],
+    ["topi"],       # the frontend-neutral op library: te computations
     ["ops"],
     ["graph"],
     ["space", "features"],
-    ["targets", "models", "explorers", "runners", "frontends", "task", "hookspecs"],   # the contract
+    ["targets", "models", "explorers", "runners", "frontends", "task", "hookspecs", "commands"],   # the contract
     ["plugin"],     # the edge: every name -> component/op/workload/template resolution
     ["store"],
     ["measure"],
@@ -36,19 +41,43 @@ LAYERS = [
 ]
 #: cycles allowed inside these packages only
 CYCLES_OK = ("tunekit.ir.",)
+#: (importer package, imported package, why): imports the layer order allows, forbidden all the same,
+#: directly or through other modules
+FORBIDDEN = [
+    ("tunekit.store", "tunekit.plugin", "records are data: a database is read and written without loading a "
+                                        "plugin or resolving a name"),
+    ("tunekit.graph", "tunekit.plugin", "a network holds Op objects: the frontend resolves names at the edge, "
+                                        "the graph's passes never do"),
+    ("tunekit.ops", "tunekit.graph", "an op is one operator: a network knows its ops, an op knows no network"),
+]
+#: what a by-name load names when it is computed at run time
+COMPUTED = "<a name computed at run time>"
+#: every by-name load in the core, which the import checks cannot see: (the loading module, or
+#: pyproject.toml for its entry points and scripts; the tunekit module named, or COMPUTED) -> why.
+#: Found: a call of importlib.import_module or __import__, and a string that is the name of a
+#: tunekit module. A new one is a decision: add it here, with its reason.
+BY_NAME = {
+    ("tunekit.plugin.manager", "tunekit.builtin"): "the core's own plugins sit above the manager registering them",
+    ("tunekit.builtin", "tunekit.ops"): "the op library's plugin name, not a load",
+    ("tunekit.testing.null_target", "tunekit.testing"): "the test kit's plugin name, not a load",
+    ("tunekit.measure.spawn", COMPUTED): "a spawned worker imports the parent's hand-registered plugin modules",
+    ("tunekit.recipe.computed", COMPUTED): "a recipe's `compute = \"module:function\"` imports the user's module",
+    ("pyproject.toml", "tunekit.cli.main"): "the `tunekit` console script: the command line, the top layer",
+}
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = CORE, package: str = "tunekit") -> dict[str, Path]:
+    """Map the dotted name of every module under `root` (imported as `package`) to its file."""
     mods = {}
-    for path in CORE.rglob("*.py"):
-        parts = path.relative_to(CORE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        mods[name] = path
+    for path in root.rglob("*.py"):
+        parts = (package, *path.relative_to(root).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return mods
 
 
 def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
-    """The tunekit modules `name` imports, at module level or lazily (TYPE_CHECKING blocks left out)."""
+    """Return the tunekit modules that module `name` (file `path`) imports: at module level,
+    lazily or for type checking. `mods` are the tunekit modules (`_modules()`)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
@@ -58,11 +87,7 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
         if target and target != name:
             found.add(target)
 
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] == "tunekit":
@@ -75,10 +100,6 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
             if base.split(".")[0] == "tunekit":
                 for a in node.names:
                     add(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(path.read_text()))
     return found
 
 
@@ -95,10 +116,131 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(name, path, mods) for name, path in mods.items()}
 
 
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Return the imports of `graph` (module -> the modules it imports) that point up the layers."""
+    return [f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
+            for m, deps in sorted(graph.items()) for d in sorted(deps) if _layer(d) > _layer(m)]
+
+
 def test_every_import_points_down_the_layers():
-    upward = [f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
-              for m, deps in sorted(_graph().items()) for d in sorted(deps) if _layer(d) > _layer(m)]
+    upward = _upward(_graph())
     assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    mods = _modules()
+    bad = tmp_path / "records.py"
+    bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tunekit.cli.main import main\n"
+                   "def f():\n    from tunekit.recipe.model import Recipe\n    return Recipe\n")
+    deps = _imports("tunekit.records", bad, mods)
+    assert deps == {"tunekit.recipe.model", "tunekit.cli.main"}
+    assert len(_upward({"tunekit.records": deps})) == 2
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _forbidden(graph: dict[str, set[str]]) -> list[str]:
+    """Return the FORBIDDEN imports in `graph`, each with the chain of imports that makes it."""
+    found = []
+    for importer, imported, why in FORBIDDEN:
+        queue = sorted(m for m in graph if _in(m, importer))
+        chains = {m: [m] for m in queue}
+        for m in queue:   # breadth first: the first module of `imported` reached has the shortest chain
+            for d in sorted(graph[m] - chains.keys()):
+                chains[d] = [*chains[m], d]
+                queue.append(d)
+        reached = [m for m in queue if _in(m, imported)]
+        if reached:
+            found.append(f"{' -> '.join(chains[reached[0]])}: {importer} must not import {imported}: {why}")
+    return found
+
+
+def test_no_forbidden_import():
+    found = _forbidden(_graph())
+    assert not found, "forbidden imports:\n" + "\n".join(found)
+
+
+def test_the_forbidden_check_sees_an_import_through_another_module(tmp_path):
+    bad = tmp_path / "database.py"
+    bad.write_text("from tunekit.measure.local import LocalRunner\n")
+    graph = {**_graph(), "tunekit.store.database": _imports("tunekit.store.database", bad, _modules())}
+    found = _forbidden(graph)
+    assert len(found) == 1 and found[0].startswith("tunekit.store.database -> tunekit.measure.local -> ")
+    assert "tunekit.store must not import tunekit.plugin" in found[0]
+
+
+def _by_name(name: str, path: Path, mods: dict[str, Path]) -> set[tuple[str, str]]:
+    """Return the by-name loads of module `name` (file `path`): (name, the tunekit module a string
+    names, or COMPUTED for importlib.import_module or __import__ of a name not written in the module)."""
+    tree = ast.parse(path.read_text())
+    constants = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            module = node.value.partition(":")[0]
+            if module in mods and module != "tunekit":   # the facade is no layer to skip
+                found.add((name, module))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                "import_module", "__import__") and node.args:
+            arg = node.args[0]
+            named = arg.value if isinstance(arg, ast.Constant) else constants.get(getattr(arg, "id", None))
+            if not isinstance(named, str):
+                found.add((name, COMPUTED))
+    return found
+
+
+def _entry_points(pyproject: Path, mods: dict[str, Path]) -> set[tuple[str, str]]:
+    """Return ("pyproject.toml", module) for each script and entry point that names a tunekit module."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    groups = [project.get("scripts", {}), project.get("gui-scripts", {}), *project.get("entry-points", {}).values()]
+    return {("pyproject.toml", module) for group in groups for value in group.values()
+            if (module := value.partition(":")[0]) in mods}
+
+
+def test_by_name_loads_are_the_listed_ones():
+    mods = _modules()
+    found = set().union(*(_by_name(name, path, mods) for name, path in mods.items()),
+                        _entry_points(ROOT / "pyproject.toml", mods))
+    assert found == set(BY_NAME), (f"by-name loads not in BY_NAME: {sorted(found - set(BY_NAME))}; "
+                                   f"listed, not found: {sorted(set(BY_NAME) - found)}")
+
+
+def test_the_by_name_check_sees_a_load(tmp_path):
+    mods = _modules()
+    bad = tmp_path / "records.py"
+    bad.write_text('"""Load tunekit.recipe.model."""\nimport importlib\nRECIPE = "tunekit.recipe.model"\n'
+                   "def f(name):\n    return importlib.import_module(RECIPE), __import__(name)\n")
+    assert _by_name("tunekit.records", bad, mods) == {("tunekit.records", "tunekit.recipe.model"),
+                                                      ("tunekit.records", COMPUTED)}
+    toml = tmp_path / "pyproject.toml"
+    toml.write_text('[project.entry-points.tunekit]\nops = "tunekit.ops"\nllvm = "tunekit_plugins.targets.llvm"\n')
+    assert _entry_points(toml, mods) == {("pyproject.toml", "tunekit.ops")}
+
+
+def _private_imports(plugin_files: dict[str, Path], mods: dict[str, Path]) -> list[str]:
+    """Return the imports of tunekit modules that are not public (`tunekit.PUBLIC_MODULES`) in `plugin_files`."""
+    def public(module: str) -> bool:
+        return module == "tunekit" or any(_in(module, f"tunekit.{p}") for p in tunekit.PUBLIC_MODULES)
+    return [f"{name} imports {d}" for name, path in sorted(plugin_files.items())
+            for d in sorted(_imports(name, path, mods)) if not public(d)]
+
+
+def test_the_plugins_import_only_public_modules():
+    private = _private_imports(_modules(ROOT / "plugins", "tunekit_plugins"), _modules())
+    assert not private, ("plugins/ imports modules that tunekit.PUBLIC_MODULES does not declare public:\n"
+                         + "\n".join(private))
+
+
+def test_the_public_check_sees_a_private_import(tmp_path):
+    bad = tmp_path / "plugin.py"
+    bad.write_text("from tunekit import te\nfrom tunekit.ops.matmul import matmul\n"
+                   "from tunekit.store.database import Database\n")
+    assert _private_imports({"tunekit_plugins.bad": bad}, _modules()) == [
+        "tunekit_plugins.bad imports tunekit.store.database"]
 
 
 def test_no_import_cycles():
@@ -131,14 +273,6 @@ def test_no_import_cycles():
         if v not in index:
             strong(v)
     assert not cycles, f"import cycles: {cycles}"
-
-
-def test_the_layer_check_sees_an_upward_import(tmp_path, monkeypatch):
-    mods = _modules()
-    bad = tmp_path / "records.py"
-    bad.write_text("def f():\n    from tunekit.recipe.model import Recipe\n    return Recipe\n")
-    deps = _imports("tunekit.records", bad, mods)
-    assert deps == {"tunekit.recipe.model"} and _layer("tunekit.recipe.model") > _layer("tunekit.records")
 
 
 def test_a_task_made_from_an_op_loads_no_plugin():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import types
 
 import numpy as np
 import pytest
@@ -60,6 +61,23 @@ class _StandInPlugin:
     @tunekit.hookimpl
     def tunekit_cost_models(self):
         return [_StandInRandom]
+
+
+class _Spelled(tunekit.CostModel):
+    name = "spelled-right"
+
+
+def test_a_misspelled_hook_marks_the_plugin_broken_and_the_rest_loads(register_tunekit_plugin):
+    plugin = types.ModuleType("typo_plugin")
+    plugin.tunekit_target = tunekit.hookimpl(lambda: [])   # misspelled: tunekit_targets
+    plugin.tunekit_cost_models = tunekit.hookimpl(lambda: [_Spelled])
+    plugin.tunekit_of_later_versions = tunekit.hookimpl(optionalhook=True)(lambda: [])   # optional: not reported
+    register_tunekit_plugin(plugin, "typo-plugin", ("typo-dist", "1.0"))
+    broken = [b for b in _plugins.plugins().broken if b.name == "typo-plugin"]
+    assert [str(b) for b in broken] == ["plugin 'typo-plugin' (typo-dist 1.0) is broken: unknown hook "
+                                        "'tunekit_target' (did you mean 'tunekit_targets'?)"]
+    comps = registry().components["cost model"]
+    assert comps["spelled-right"].plugin == "typo-plugin" and "fake-linear" in comps
 
 
 def test_duplicate_component_name_names_both_plugins(dup_plugin, monkeypatch, register_tunekit_plugin):

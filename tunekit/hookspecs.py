@@ -15,7 +15,9 @@ and a recipe naming one of its components is told so):
 - a component `name` that is not lower-kebab (`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`);
 - an `Options` that is not a subclass of `tunekit.Options`, or has a field
   without a default or without a `description`;
-- a template that is not a `tunekit.Template`, an op that is not a `tunekit.Op`.
+- a template that is not a `tunekit.Template`, an op that is not a `tunekit.Op`;
+- a `@tunekit.hookimpl` whose name is none of the hooks below (a misspelling: the
+  message names the nearest hook); `@tunekit.hookimpl(optionalhook=True)` is exempt.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from tunekit.cli.commands import Command
+    from tunekit.commands import Command
     from tunekit.explorers import Explorer
     from tunekit.frontends import Frontend
     from tunekit.models import CostModel
@@ -124,9 +126,9 @@ def tunekit_commands() -> list[Command]:
     """Add subcommands to the `tunekit` command line (the dask runner adds `tunekit worker`).
 
     Returns:
-        `tunekit.cli.commands.Command` objects: a name, a function taking the parsed
+        `tunekit.commands.Command` objects: a name, a function taking the parsed
         `argparse.Namespace` and returning an exit code, one line of help, and the
-        arguments, each made with `tunekit.cli.commands.arg(...)`. A name that a
+        arguments, each made with `tunekit.commands.arg(...)`. A name that a
         built-in or another plugin's command already has is refused (the plugin is
         listed as broken).
     """

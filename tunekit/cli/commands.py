@@ -1,6 +1,5 @@
-"""The `tunekit` subcommands: the `Command` a subcommand is, the `command` decorator the
-built-in ones are declared with, and the built-in ones themselves. Plugins add
-subcommands by returning `Command`s from the `tunekit_commands` hook.
+"""The built-in `tunekit` subcommands and the `command` decorator they are declared with.
+Plugins add subcommands by returning `tunekit.commands.Command`s from the `tunekit_commands` hook.
 """
 from __future__ import annotations
 
@@ -9,27 +8,12 @@ import json
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from tunekit.commands import Command, arg
 from tunekit.errors import TemplateError, TunekitError
-
-
-@dataclass
-class Command:
-    """A subcommand: its name, the function running it, one line of help, its arguments."""
-    name: str
-    run: Callable[[argparse.Namespace], int]
-    help: str
-    arguments: list[tuple[tuple, dict]] = field(default_factory=list)
-
 
 #: the built-in subcommands by name, in the order they were declared
 COMMANDS: dict[str, Command] = {}
-
-
-def arg(*flags: str, **kwargs) -> tuple[tuple, dict]:
-    """Describe one argument of a subcommand (as for `ArgumentParser.add_argument`)."""
-    return flags, kwargs
 
 
 def command(name: str, *arguments: tuple[tuple, dict], help: str):
@@ -321,12 +305,16 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("run", arg("model", help="model file (.onnx)"), arg("--target", default="x86", help="target (default x86)"),
+@command("run", arg("model", nargs="?", help="model file (.onnx)"),
+         arg("--target", default="x86", help="target (default x86)"),
          arg("--database", help="tuning records to use (default: none, every kernel a default config)"),
          arg("--input", action="append", metavar="NAME=FILE.npy", help="an input's values (repeatable; FILE.npy "
              "alone for a model of one input); default: seeded random values (integer inputs: ids within the "
              "range they index)"),
          arg("--repeat", type=int, default=20, help="timed runs of the whole network (default 20)"),
+         arg("--no-pass", action="append", default=[], metavar="NAME", help="leave out a graph pass (repeatable), "
+             "to see what it buys; --list-passes lists them"),
+         arg("--list-passes", action="store_true", help="list the graph passes, in order, and exit"),
          help="run a model with its tuned kernels: latency, per-layer profile, check against onnxruntime")
 def run_model(args: argparse.Namespace) -> int:
     """Compile a model with the best records of a database, run it, and print its

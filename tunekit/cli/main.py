@@ -7,7 +7,7 @@ import sys
 import traceback
 
 from tunekit.cli import commands as builtin
-from tunekit.cli.commands import Command
+from tunekit.commands import Command
 from tunekit.errors import RecipeError, TunekitError
 
 
@@ -20,7 +20,7 @@ def all_commands() -> dict[str, Command]:
     found = dict(builtin.COMMANDS)
     for plugin, cmds in p.results("tunekit_commands"):
         for cmd in cmds if isinstance(cmds, (list, tuple)) else [cmds]:
-            why = (f"tunekit_commands() returned a {type(cmd).__name__}, not a tunekit.cli.commands.Command"
+            why = (f"tunekit_commands() returned a {type(cmd).__name__}, not a tunekit.commands.Command"
                    if not isinstance(cmd, Command) else
                    f"tunekit_commands(): the subcommand {cmd.name!r} exists already" if cmd.name in found else "")
             if why:

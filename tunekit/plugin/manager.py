@@ -2,6 +2,7 @@
 that a broken plugin is reported and skipped instead of stopping the others."""
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import os
 import types
@@ -73,17 +74,31 @@ class Plugins:
                 self.broken.append(BrokenPlugin(ep.name, dname, version, f"{type(e).__name__}: {e}"))
 
     def register(self, plugin, name: str, version: tuple[str, str] = ("", "")) -> None:
+        """Register `plugin` under `name`; each hook it implements that no hookspec defines
+        (a misspelled name) marks it broken, naming the nearest hook."""
         self.pm.register(plugin, name=name)
         self.versions[name] = version
+        hooks = [h for h in vars(_hookspecs) if h.startswith("tunekit_")]
+        for hook in self._unknown_hooks(plugin):
+            near = difflib.get_close_matches(hook, hooks, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"the hooks are {', '.join(hooks)}"
+            self.broken.append(BrokenPlugin(name, *version, f"unknown hook {hook!r} ({hint})", "load"))
         # a spawned worker re-imports hand-registered modules by name: only real, importable ones
         if isinstance(plugin, types.ModuleType) and name not in self.core and getattr(plugin, "__spec__", None):
             self.modules[name] = plugin.__name__
         _changed()
 
+    def _unknown_hooks(self, plugin) -> list[str]:
+        """The hooks that registered `plugin` implements but no hookspec defines (optional ones left out)."""
+        return sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or []
+                      if not caller.has_spec() and any(not i.optionalhook for i in caller.get_hookimpls()
+                                                       if i.plugin is plugin))
+
     def unregister(self, name: str) -> None:
         self.pm.unregister(name=name)
         self.versions.pop(name, None)
         self.modules.pop(name, None)
+        self.broken = [b for b in self.broken if b.name != name]
         _changed()
 
     def version(self, name: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tunekit.cli.commands import Command, arg
+from tunekit.commands import Command, arg
 from tunekit.errors import TunekitError
 
 
