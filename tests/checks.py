@@ -32,11 +32,20 @@ def compiled_with_costs(path: str, tgt, tmp_path, monkeypatch, seconds):
     kernel runs its default config (the database is empty)."""
     import warnings
 
-    import tunekit.deploy.algorithms as algorithms
+    from tunekit.deploy.plan import NetworkPlan
     from tunekit.store.database import Database
-    monkeypatch.setattr(algorithms, "best_record", lambda db, task, target: (seconds(task), 0, None))
+    monkeypatch.setattr(NetworkPlan, "seconds", lambda plan, task: seconds(task))
     db = str(tmp_path / "records.db")
     Database(db).close()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # no records: default configs
         return tunekit.compile_model(path, target=tgt, database=db)
+
+
+def translated(path: str, passes=("dense-rows",)):
+    """The graph of the model at `path` after `passes` for x86: the frontend's translation, a
+    product of few rows as the dense the target runs it as."""
+    from tunekit.deploy.network import load_graph
+    from tunekit.deploy.plan import NetworkPlan
+    from tunekit.plugin.registry import make_component
+    return NetworkPlan(load_graph(str(path)), make_component("target", "x86"), passes=list(passes)).compiled()

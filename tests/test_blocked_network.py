@@ -1,4 +1,4 @@
-"""Blocked activations through a network (`tunekit.graph.layout`): on x86 the convs and
+"""Blocked activations through a network (`tunekit.graph.blocking`): on x86 the convs and
 pools of a model pass NCHW{lanes}c tensors from layer to layer with weights blocked
 at compile time, NCHW{lanes/2}c where only half a vector divides the channels; a
 tensor stays NCHW where it must (the model's inputs and feature-map outputs, channel
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tunekit
-from tunekit.deploy.network import node_shapes
-from tunekit.graph.layout import block_activations
+from tunekit.deploy.plan import NetworkPlan
+from tunekit.graph.blocking import block_activations, plan_blocks
 
 pytest.importorskip("onnx")
 from test_onnx import RNG, conv, conv_bn_relu, helper, model, pool_and_head, reference, weight
@@ -37,7 +37,7 @@ def layouts(graph) -> list[str]:
 
 
 def test_layers_pass_blocked_tensors_and_match_onnxruntime(tmp_path, x86):
-    b = tunekit.deploy.network.layout_block(x86)
+    b = x86.network_choices().channel_block
     assert b == x86.device().lanes("float32")
     path = pool_and_head(tmp_path / "m.onnx", 2 * b)   # conv, max pool, average pool, global pool, gemm
     net = compiled(path, x86)
@@ -55,7 +55,7 @@ def test_layers_pass_blocked_tensors_and_match_onnxruntime(tmp_path, x86):
 def test_feature_map_outputs_and_odd_channel_counts_stay_nchw(tmp_path, x86):
     path = conv_bn_relu(tmp_path / "a.onnx")        # its output is the conv's feature map
     assert layouts(compiled(path, x86).graph) == ["NCHW"]
-    b = tunekit.deploy.network.layout_block(x86)
+    b = x86.network_choices().channel_block
     odd = b // 2 + 1                                 # not a whole number of blocks, nor of half blocks
     nodes = [conv("x", "c1", "w1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              conv("r1", "c2", "w2", pads=0), helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
@@ -72,7 +72,7 @@ def test_feature_map_outputs_and_odd_channel_counts_stay_nchw(tmp_path, x86):
 def test_channels_of_half_a_block_pass_in_half_blocks(tmp_path, x86):
     # MobileNet-v2's 24 channels where the vector is 16: a conv writes blocks of b/2, the next
     # reads them into blocks of b, and the depthwise conv and residual between stay in b/2
-    b = tunekit.deploy.network.layout_block(x86)
+    b = x86.network_choices().channel_block
     h = b // 2 * 3                                   # 1.5 vectors: half blocks only
     nodes = [conv("x", "c1", "w1"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              conv("r1", "c2", "w2", pads=0),
@@ -92,7 +92,7 @@ def test_channels_of_half_a_block_pass_in_half_blocks(tmp_path, x86):
 def test_a_dense_reads_a_flattened_feature_map_blocked_with_its_weights_permuted(tmp_path, x86):
     # the DQN's head: conv -> conv -> Flatten -> Gemm; the convs stay blocked, and the Gemm's
     # weights follow the blocked order of the elements it reads
-    b = tunekit.deploy.network.layout_block(x86)
+    b = x86.network_choices().channel_block
     nodes = [conv("x", "c1", "w1", stride=2), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              conv("r1", "c2", "w2", pads=0), helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
              helper.make_node("Flatten", ["r2"], ["f"], name="flat", axis=1),
@@ -112,10 +112,11 @@ def test_a_residual_read_in_nchw_keeps_its_conv_nchw(tmp_path):
     from test_onnx import residual_block
     graph = tunekit.deploy.network.load_graph(residual_block(tmp_path / "m.onnx"))
     # the second conv adds the NCHW input x and is the output: neither conv can pass a blocked tensor
-    assert layouts(block_activations(graph, 4, node_shapes(graph))) == ["NCHW", "NCHW"]
+    shapes = NetworkPlan(graph, tunekit.registry().component("target", "x86")()).shapes(graph)
+    assert layouts(block_activations(graph, plan_blocks(graph, 4, shapes, {"conv2d"}))) == ["NCHW", "NCHW"]
     assert layouts(graph) == ["NCHW", "NCHW"]       # the pass returns a new graph
 
 
 def test_targets_without_blocked_templates_keep_nchw(tmp_path):
     from fakes import FakeGpu
-    assert tunekit.deploy.network.layout_block(FakeGpu()) == 0
+    assert FakeGpu().network_choices().channel_block == 0

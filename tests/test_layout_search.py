@@ -109,9 +109,8 @@ def _network(tmp_path):
 
 def test_the_graph_tuner_lists_every_block_a_layer_may_take(tmp_path):
     import tunekit
-    from tunekit.deploy.network import layout_block
     tgt = _x86_target()
-    b = layout_block(tgt)
+    b = tgt.network_choices().channel_block
     plain = {(t.op.name, t.args.get("layout"), t.args.get("data_layout")) for t, _ in
              tunekit.extract_tasks(_network(tmp_path), target=tgt)}
     searched = {(t.op.name, t.args.get("layout"), t.args.get("data_layout")) for t, _ in
@@ -128,9 +127,8 @@ def test_the_graph_tuners_choice_runs_and_matches_onnxruntime(tmp_path, monkeypa
     from checks import compiled_with_costs
     from test_onnx import reference
 
-    from tunekit.deploy.network import layout_block
     tgt = _x86_target()
-    b = layout_block(tgt)
+    b = tgt.network_choices().channel_block
     want = {16: b, 32: b // 2 if half else b}   # the block each tensor's records favour, by channels
 
     def seconds(task):   # the favoured block's records at 1 ms, the others at 2 ms

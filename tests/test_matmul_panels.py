@@ -14,7 +14,7 @@ import pytest
 import tunekit
 from tunekit.errors import ArgumentError, TemplateError
 from tunekit.graph import Graph, Node
-from tunekit.graph.layout import pack_panels
+from tunekit.graph.panels import pack_panels
 from tunekit.ops.layout import from_panels, panels
 from tunekit.plugin.registry import make_component, registry
 
@@ -210,7 +210,8 @@ def test_a_model_compiled_for_x86_reads_its_constant_matmul_weight_in_panels(tmp
     from onnx import TensorProto, helper
     from test_onnx_graphs import save
 
-    from tunekit.deploy.network import for_target, load_graph, panel_width
+    from tunekit.deploy.network import load_graph
+    from tunekit.deploy.plan import NetworkPlan
     rng = np.random.default_rng(5)
     F = TensorProto.FLOAT
     w, bias = rng.standard_normal((48, 50)).astype(np.float32), rng.standard_normal(50).astype(np.float32)
@@ -221,11 +222,11 @@ def test_a_model_compiled_for_x86_reads_its_constant_matmul_weight_in_panels(tmp
 
     target = make_component("target", "x86")
     nv = 2 * target.device().lanes("float32")
-    assert panel_width(target) == nv
+    assert target.network_choices().panel_width == nv
     graph = load_graph(path)
     (node,) = [n for n in graph.nodes if n.op == "matmul"]
     assert "b_panel" not in node.args and graph.constants[node.inputs[1]].shape == (48, 50)
-    packed = for_target(graph, target)
+    packed = NetworkPlan(graph, target).compiled()
     (pnode,) = [n for n in packed.nodes if n.op == "matmul"]
     assert pnode.args["b_panel"] == nv and pnode.args["bias"] and pnode.args["activation"] == "relu"
     bp = packed.constants[pnode.inputs[1]]
@@ -246,8 +247,7 @@ def test_a_model_compiled_for_x86_reads_its_constant_matmul_weight_in_panels(tmp
 
 
 def test_panel_width_is_two_vectors_on_cpus_and_zero_where_no_template_takes_panels():
-    from tunekit.deploy.network import panel_width
     for name in ("x86", "arm-cpu"):
         target = make_component("target", name)
-        assert panel_width(target) == 2 * target.device().lanes("float32")
-    assert panel_width(make_component("target", "cuda")) == 0   # no template takes panels there
+        assert target.network_choices().panel_width == 2 * target.device().lanes("float32")
+    assert make_component("target", "cuda").network_choices().panel_width == 0   # no template takes panels there

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from checks import translated
 from conftest import require
 
 import tunekit
@@ -191,7 +192,7 @@ def pool_and_head(path, c: int = 8):
 
 def test_pooling_flatten_and_gemm_match_onnxruntime(tmp_path):
     path = pool_and_head(tmp_path / "m.onnx")
-    graph = tunekit.deploy.network.load_graph(path)
+    graph = translated(path)
     assert [n.op for n in graph.nodes] == ["conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d", "dense"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -219,7 +220,7 @@ def grouped_and_padded(path):
 
 def test_grouped_conv_padded_average_pools_and_gemm_match_onnxruntime(tmp_path):
     path = grouped_and_padded(tmp_path / "m.onnx")
-    graph = tunekit.deploy.network.load_graph(path)
+    graph = translated(path)
     assert [(n.op, n.args.get("groups"), n.args.get("count_include_pad")) for n in graph.nodes] == [
         ("group_conv2d", 4, None), ("avg_pool2d", None, False), ("avg_pool2d", None, True), ("dense", None, None)]
     assert graph.nodes[-1].args["activation"] == "relu" and graph.nodes[-1].args["bias"]

@@ -5,6 +5,7 @@ into a MatMul's indexing); constants and shape arithmetic fold at load; integer 
 views (an LSTM's steps)."""
 from __future__ import annotations
 
+import json
 import platform
 import warnings
 
@@ -255,8 +256,9 @@ def test_an_lstm_runs_as_one_projection_and_one_step_task_through_views(tmp_path
              "c0": c(RNG.standard_normal((1, B, H)))}
     nodes = [helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=H)]
     outs = {"y": ([T, 1, B, H], F), "yh": ([1, B, H], F), "yc": ([1, B, H], F)}
-    net = check(save(tmp_path, nodes, inputs, outs, inits), feeds_of(inputs))
-    tasks = tunekit.deploy.network.graph_tasks(net.graph)
+    path = save(tmp_path, nodes, inputs, outs, inits)
+    check(path, feeds_of(inputs))
+    tasks = tunekit.extract_tasks(path)
     assert [(t.op.name, n) for t, n in tasks][:2] == [("dense", 1), ("lstm_step", T)]
 
 
@@ -324,9 +326,9 @@ def test_every_fused_group_of_a_model_runs_generated_configs_in_the_interpreter(
              "W": c(RNG.standard_normal((1, 4 * H, 8))), "R": c(RNG.standard_normal((1, 4 * H, H)))}
     graph = tunekit.deploy.network.load_graph(save(tmp_path, nodes, inputs, outs, inits))
     seen = set()
-    for node in graph.nodes:
-        task = tunekit.deploy.network.node_task(node)
-        if node.computation is not None and task.key not in seen:
+    for node in [n for n in graph.nodes if n.computation is not None]:
+        task = tunekit.deploy.plan.computed(node.op, json.dumps(node.computation, sort_keys=True))
+        if task.key not in seen:
             seen.add(task.key)
             check_configs(task.op, task.args, DEVICES[device], n=2)
     assert len(seen) >= 8

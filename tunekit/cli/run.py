@@ -55,9 +55,16 @@ def matmul_share(rows: list[dict]) -> str:
 
 def run_model(args: argparse.Namespace, console, table) -> int:
     from tunekit.deploy.network import compile_model
+    from tunekit.deploy.plan import PASSES, passes_without
+    if args.list_passes:
+        console.print(table("graph passes, in order", ["pass", "what it does"], [[p.name, p.doc] for p in PASSES]))
+        return 0
+    if args.model is None:
+        raise TunekitError("tunekit run: give a model file (or --list-passes)")
+    passes = passes_without(args.no_pass)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        net = compile_model(args.model, args.target, args.database)
+        net = compile_model(args.model, args.target, args.database, passes)
     for w in said:
         print(f"warning: {w.message}", file=sys.stderr)
     x = feeds(net, args.input or [], args.model)

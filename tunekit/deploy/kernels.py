@@ -2,8 +2,10 @@
 default one when the database has none."""
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import numpy as np
@@ -46,11 +48,11 @@ class Kernel:
         self._expected = [(shape, np.dtype(dtype), k >= first_out) for k, (_, shape, dtype) in enumerate(self.params)]
 
     def __call__(self, *arrays) -> None:
-        # the fast test inline (a layer of a few microseconds is called through here); _check says what is wrong
+        # the fast test inline (a layer of a few microseconds is called through here); check says what is wrong
         if len(arrays) != len(self._expected) or not all(
                 type(a) is np.ndarray and a.shape == shape and a.dtype == dt and (f := a.flags).c_contiguous
                 and (f.writeable or not out) for a, (shape, dt, out) in zip(arrays, self._expected)):
-            self._check(arrays)
+            self.check(arrays)
         if not self._warned and (bad := misaligned(arrays)):
             self._warned = True
             warnings.warn(f"{self.task.name}: arguments {bad} are not {ALIGN}-byte aligned, and vector loads "
@@ -58,8 +60,16 @@ class Kernel:
                           stacklevel=2)
         self.fn(*arrays)
 
-    def _check(self, arrays) -> None:
-        """Refuse arrays that do not match the op's declared ones (a wrong call would write out of bounds)."""
+    def bind(self, *arrays: np.ndarray) -> Callable[[], None]:
+        """Check `arrays` once and return a call that runs the kernel on them (the target's own
+        bind step where its kernels have one: `tunekit.Target.load`)."""
+        self.check(arrays)
+        bind = getattr(self.fn, "bind", None)
+        return bind(*arrays) if bind else functools.partial(self.fn, *arrays)
+
+    def check(self, arrays) -> None:
+        """Raise ArgumentError for arrays that do not match the op's declared ones (a wrong call
+        would write out of bounds), naming the argument, its expected shape and dtype, and the fix."""
         names = ", ".join(f"{n} {list(s)} {d}" for n, s, d in self.params)
         if len(arrays) != len(self.params):
             raise ArgumentError(f"{self.task.name}: the kernel takes {len(self.params)} arrays ({names}), "
@@ -174,11 +184,16 @@ def build(op: str | Task, args: dict | None = None, target="x86", template: str 
     if database is None:
         stack = getattr(_local, "stack", [])
         database = stack[-1] if stack else None
-    best = best_config(database, task, tgt) if database is not None else None
+    return kernel_of(task, tgt, best_record(database, task, tgt) if database is not None else None)
+
+
+def kernel_of(task: Task, target, best: tuple | None) -> Kernel:
+    """Compile `task` on `target` with `best` (its `best_record`), or with no record its
+    default template's default config."""
     if best is not None:
-        ts, index = best
+        _, index, ts = best
     else:
-        ts = task.bind(tgt)
+        ts = task.bind(target)
         index = ts.space.default()
-    return Kernel(tgt.load(tgt.build(ts.program(index))), ts.task, ts.space.get(index), best is not None,
+    return Kernel(target.load(target.build(ts.program(index))), ts.task, ts.space.get(index), best is not None,
                   ts.template.name)

@@ -1,5 +1,13 @@
 """The graph tuner's search: a layout (channel block) for every blocked tensor of a
-network, the one whose layers cost least together (AutoTVM's graph tuner).
+network, the one whose layers cost least together (AutoTVM's graph tuner), instead of
+the rule's one block per target.
+
+A layer's cost under a choice of blocks is the best record of its task in those layouts
+(of any algorithm it may run). A conv reads its data in any block, so the transform
+between two blocks costs what the conv's own records say; a depthwise conv or pool reads
+and writes one block, and a conv's residual is read in its output's block, so choices
+that break these cost infinity. A layer whose rule layout has no record keeps the rule's
+blocks (it is free; the others cost infinity), so an untuned network runs the rule's layout.
 
 A node's cost depends on the blocks of the tensors it reads and writes (a conv reads
 its data in any block, so the cost of changing block lies in its records). Dynamic
@@ -13,7 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from tunekit.graph import Node
+from tunekit.graph import Graph, Node
+from tunekit.graph.blocking import BlockPlan, layout_args
 
 #: the most frontier states kept; past it the search keeps the cheapest (a network whose
 #: frontier grows this wide would need an approximate solver, PBQP in AutoTVM)
@@ -61,3 +70,45 @@ def choose_blocks(nodes: Sequence[Node], options: dict[str, Sequence[int]],
     if math.isinf(total):
         return {t: opts[0] for t, opts in options.items()}, total
     return {t: chosen.get(t, opts[0]) for t, opts in options.items()}, total
+
+
+def _variant(node: Node, block: int, data_block: int, residual_block: int | None) -> Node | None:
+    """Layout op `node` writing `block`, reading its data in `data_block`, or None where it cannot run so."""
+    if node.op != "conv2d" and data_block != block:
+        return None
+    if node.args.get("residual") and residual_block not in (None, block):
+        return None
+    return Node(node.op, layout_args(node, block, data_block), node.inputs, node.output, node.name, node.kind)
+
+
+def layer_variants(graph: Graph, plan: BlockPlan) -> list[Node]:
+    """Every blocked layer of `graph` (in NCHW) in each of the blocks it may take: the layers
+    the search needs records of."""
+    options, found = plan.options(), []
+    for node in graph.nodes:
+        for k in options.get(node.output, ()):
+            for db in options.get(node.inputs[0], (plan.data_block(node, {}),)):
+                if (v := _variant(node, k, db, None)) is not None:
+                    found.append(v)
+    return found
+
+
+def search_blocks(graph: Graph, plan: BlockPlan, seconds: Callable[[Node], float | None]) -> dict[str, int]:
+    """The block of each blocked tensor of `graph` (in NCHW, planned by `plan`) whose layers'
+    records sum least; `seconds(layer)` is a layer's best recorded time, or None."""
+    options = plan.options()
+
+    def cost(node: Node, blocks: dict[str, int]) -> float:
+        if node.output not in options:
+            return 0.0
+        residual = blocks.get(node.inputs[-1]) if node.args.get("residual") else None
+        v = _variant(node, blocks[node.output], plan.data_block(node, blocks), residual)
+        if v is None:
+            return math.inf
+        rule = (plan.block[node.output], plan.data_block(node, {}))
+        if seconds(Node(node.op, layout_args(node, *rule), node.inputs, node.output)) is None:
+            return 0.0 if (blocks[node.output], plan.data_block(node, blocks)) == rule else math.inf
+        s = seconds(v)
+        return math.inf if s is None else s
+
+    return choose_blocks(graph.nodes, options, cost)[0]

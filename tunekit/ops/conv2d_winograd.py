@@ -4,7 +4,7 @@ data [N, C/db, H, W, db] * U [alpha, alpha, K_out/b, C, b] = out [N, K_out/b, OH
 (db: `data_layout`'s block, else the layout's). The args are conv2d's (R = S = 3,
 stride 1, dilation 1, a blocked layout) plus `tile` = m; the fused epilogue is
 conv2d's. A network's conv2d becomes one when its records say it runs faster
-(`tunekit.deploy.algorithms`); its weights are transformed once, at compile time.
+(`tunekit.graph.alternatives.winograd`); its weights are transformed once, at compile time.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """matmul (dense): A[M, K] x B[K, N] = C[M, N], with an optional fused epilogue
 (a bias per column n, a residual [M, N], relu/relu6: `tunekit.ops.epilogue`). B may be
 given in column panels (`b_panel`): constant weights are packed so when a model is
-compiled (`tunekit.graph.layout.pack_panels`), not by the kernel on every call."""
+compiled (`tunekit.graph.panels`), not by the kernel on every call."""
 from __future__ import annotations
 
 import numpy as np

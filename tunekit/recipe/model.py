@@ -148,9 +148,9 @@ class TaskSpec(Section):
     def on_target(self, target) -> None:
         """Expand a model entry into its tasks in the layout `target` runs the network in."""
         if self.model is not None:
-            from tunekit.deploy.network import network_tasks
-            self._model_tasks = [t.weighted(n) for t, n in network_tasks(self._graph, target,
-                                                                         self.layouts == "search")]
+            from tunekit.deploy.plan import NetworkPlan
+            self._model_tasks = [t.weighted(n) for t, n in NetworkPlan(self._graph, target).tasks(
+                self.layouts == "search")]
 
     def tasks(self) -> list[Task]:
         """Return the Tasks (`tunekit.task.Task`) this entry describes (a model's are weighted by their counts)."""

@@ -98,13 +98,11 @@ class Anchors:
                            n.output[0])
 
     def linear(self, n, x: str, M: int, name: str, weight: np.ndarray, bias: str | None, out: str) -> Fused:
-        """x [M, K] times constant `weight` [N, K] (named `name`): a dense, or from 16 rows on a
-        matmul of the weight stored [K, N] (its templates vectorize along N and tile the rows)."""
+        """x [M, K] times constant `weight` [N, K] (named `name`): a matmul of the weight stored
+        [K, N] (the dense-rows pass makes one of few rows a dense on targets that say so)."""
         N, K = weight.shape
         args = dict(M=M, N=N, K=K, dtype="float32", activation="none")
-        if M >= 16:
-            return Fused("matmul", args, x, self.cv.const(name + "/kn", weight.T), bias, out, n)
-        return Fused("dense", args, x, self.cv.const(name + "/nk", weight), bias, out, n)
+        return Fused("matmul", args, x, self.cv.const(name + "/kn", weight.T), bias, out, n)
 
     def _pool_args(self, n, a: dict) -> dict:
         N, C, H, W = self.cv.shapes[n.input[0]]
