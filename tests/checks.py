@@ -42,9 +42,9 @@ def compiled_with_costs(path: str, tgt, tmp_path, monkeypatch, seconds):
         return tunekit.compile_model(path, target=tgt, database=db)
 
 
-def translated(path: str, passes=("dense-rows",)):
-    """The graph of the model at `path` after `passes` for x86: the frontend's translation, a
-    product of few rows as the dense the target runs it as."""
+def translated(path: str, passes=("epilogues", "merge-siblings", "fuse-te", "dense-rows")):
+    """The graph of the model at `path` after `passes` for x86: the frontend's translation with its
+    epilogues folded and its te calls grouped, a product of few rows as the dense the target runs."""
     from tunekit.deploy.network import load_graph
     from tunekit.deploy.plan import NetworkPlan
     from tunekit.plugin.registry import make_component

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from checks import translated
 
 import tunekit
 from tunekit.deploy.plan import NetworkPlan
@@ -110,7 +111,7 @@ def test_a_dense_reads_a_flattened_feature_map_blocked_with_its_weights_permuted
 
 def test_a_residual_read_in_nchw_keeps_its_conv_nchw(tmp_path):
     from test_onnx import residual_block
-    graph = tunekit.deploy.network.load_graph(residual_block(tmp_path / "m.onnx"))
+    graph = translated(residual_block(tmp_path / "m.onnx"))
     # the second conv adds the NCHW input x and is the output: neither conv can pass a blocked tensor
     shapes = NetworkPlan(graph, tunekit.registry().component("target", "x86")()).shapes(graph)
     assert layouts(block_activations(graph, plan_blocks(graph, 4, shapes, {"conv2d"}))) == ["NCHW", "NCHW"]

@@ -91,7 +91,7 @@ def test_small_networks_match_onnxruntime(tmp_path, make):
 
 def test_fusion_and_task_extraction(tmp_path):
     path = residual_block(tmp_path / "m.onnx")
-    graph = tunekit.deploy.network.load_graph(path)
+    graph = translated(path)
     assert [(n.op, n.args["bias"], n.args["residual"], n.args["activation"]) for n in graph.nodes] == [
         ("conv2d", True, False, "relu"), ("conv2d", True, True, "relu")]     # BN folded, Add and Relu fused
     tasks = tunekit.extract_tasks(path)

@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from checks import translated
 from conftest import require
 
 import tunekit
@@ -324,7 +325,7 @@ def test_every_fused_group_of_a_model_runs_generated_configs_in_the_interpreter(
     inits = {"x8": c(RNG.standard_normal((8, 8))), "half": c(0.5), "g": c(RNG.standard_normal(8)),
              "b": c(RNG.standard_normal(8)), "wt": c(RNG.standard_normal((3, 2, 4, 4))),
              "W": c(RNG.standard_normal((1, 4 * H, 8))), "R": c(RNG.standard_normal((1, 4 * H, H)))}
-    graph = tunekit.deploy.network.load_graph(save(tmp_path, nodes, inputs, outs, inits))
+    graph = translated(save(tmp_path, nodes, inputs, outs, inits))
     seen = set()
     for node in [n for n in graph.nodes if n.computation is not None]:
         task = tunekit.deploy.plan.computed(node.op, json.dumps(node.computation, sort_keys=True))

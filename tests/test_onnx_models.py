@@ -69,7 +69,7 @@ def clip_of_constants(path):
 
 def test_constant_nodes_are_constants_wherever_they_appear(tmp_path):
     path = clip_of_constants(tmp_path / "m.onnx")
-    graph = tunekit.deploy.network.load_graph(path)
+    graph = translated(path)
     assert [n.op for n in graph.nodes] == ["conv2d", "global_avg_pool2d"]
     # the Constant weights are constants, the Constant bias fused, the Clip of Constant nodes fused as ReLU6
     assert graph.nodes[0].args["bias"] and graph.nodes[0].args["activation"] == "relu6"
@@ -81,7 +81,7 @@ def test_an_identity_output_read_twice_keeps_its_conv_from_fusing_what_one_reade
              helper.make_node("Relu", ["ci"], ["r"], name="relu"),
              helper.make_node("Add", ["r", "ci"], ["y"], name="add")]
     path = model(tmp_path / "m.onnx", nodes, [weight("w", 4, 3, 3, 3)], [1, 3, 8, 8], [1, 4, 8, 8])
-    graph = tunekit.deploy.network.load_graph(path)   # the ReLU and the Add are one generated kernel
+    graph = translated(path)   # the ReLU and the Add are one generated kernel
     assert [(n.op, n.args.get("activation")) for n in graph.nodes] == [("conv2d", "none"), ("onnx_relu_add", None)]
     assert_matches_onnxruntime(path, compiled(path))
 
@@ -90,7 +90,7 @@ def test_a_dropout_is_its_input_at_inference(tmp_path):
     nodes = [conv("x", "c", "w"), helper.make_node("Dropout", ["c"], ["d"], name="drop"),
              helper.make_node("Relu", ["d"], ["y"], name="relu")]
     path = model(tmp_path / "m.onnx", nodes, [weight("w", 4, 3, 3, 3)], [1, 3, 8, 8], [1, 4, 8, 8])
-    graph = tunekit.deploy.network.load_graph(path)
+    graph = translated(path)
     assert [n.op for n in graph.nodes] == ["conv2d"] and graph.nodes[0].args["activation"] == "relu"
     assert_matches_onnxruntime(path, compiled(path))
 

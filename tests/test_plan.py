@@ -52,17 +52,22 @@ def test_compile_model_makes_each_distinct_task_once_and_reads_each_best_record_
 
 def test_the_passes_are_listed_and_each_can_be_left_out(tmp_path):
     tgt, path = _x86_target(), _network(tmp_path)
-    assert [p.name for p in PASSES] == ["dense-rows", "pack-panels", "block-channels", "alternatives"]
+    names = [p.name for p in PASSES]
+    assert names == ["epilogues", "merge-siblings", "fuse-te", "dense-rows", "pack-panels", "block-channels",
+                     "alternatives"]
     x = RNG.standard_normal((1, 3, 9, 11)).astype(np.float32)
     every = _compiled(path, tgt)
-    plain = _compiled(path, tgt, passes=["dense-rows", "pack-panels", "alternatives"])
+    plain = _compiled(path, tgt, passes=[n for n in names if n != "block-channels"])
+    unfused = _compiled(path, tgt, passes=[n for n in names if n != "epilogues"])
     assert {n.args.get("layout", "NCHW") for n in every.graph.nodes} != {"NCHW"}
     assert {n.args.get("layout", "NCHW") for n in plain.graph.nodes} == {"NCHW"}   # no channel blocks
-    for net in (every, plain):
+    # without epilogues each ReLU is a kernel of its own (a te computation), not the conv's output stage
+    assert not [n for n in every.graph.nodes if n.computation] and [n for n in unfused.graph.nodes if n.computation]
+    for net in (every, plain, unfused):
         np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-5)
     nchw = {t.args.get("layout", "NCHW") for t, _ in tunekit.extract_tasks(path, tgt, passes=[])}
     assert nchw == {"NCHW"}
-    with pytest.raises(ArgumentError, match=r"unknown pass\(es\) blocking \(passes: dense-rows, pack-panels, "):
+    with pytest.raises(ArgumentError, match=r"unknown pass\(es\) blocking \(passes: epilogues, merge-siblings, "):
         NetworkPlan(tunekit.deploy.network.load_graph(path), tgt, passes=["blocking"])
 
 

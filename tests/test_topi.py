@@ -156,3 +156,14 @@ def test_the_names_given_are_the_tensors_names():
     x = te.placeholder((2, 3), "x")
     out = topi.reduce.softmax(x, -1, "node_1")
     assert out.name == "node_1" and {t.name for t in out.op.inputs} >= {"node_1_exp", "node_1_sum"}
+
+
+def test_the_onnx_frontend_imports_no_graph_pass():
+    """The frontend translates; folding, merging and fusing are the core's passes (`tunekit.graph.*`)."""
+    found = []
+    for path in sorted(ONNX_FRONTEND.glob("**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            module = getattr(node, "module", None) or ""
+            if isinstance(node, ast.ImportFrom) and module.startswith(("tunekit.graph.", "tunekit.deploy")):
+                found.append(f"{path}:{node.lineno}: from {node.module} import ...")
+    assert not found, "the ONNX frontend runs a pass itself:\n" + "\n".join(found)

@@ -19,13 +19,14 @@ class Frontend(Component):
     suffixes: ClassVar[tuple[str, ...]] = ()
 
     def load(self, path: str) -> Graph:
-        """Read the model at `path` into a Graph of tunekit ops.
+        """Translate the model at `path` into a Graph: one node per model node.
 
-        Weights become constants in the layouts the ops declare (transformed once
-        here); BatchNormalization-like layers are folded, and what follows an
-        anchor op (bias, residual add, activation) is fused into its epilogue.
-        Give each Node the model's name and type for it (`name`, `kind`): the loader
-        then checks every node's args and names the file and the node for a bad one.
+        A node is a tunekit op call (weights as constants in the layout the op
+        declares) or a te call of the op library (`tunekit.graph.TeCall`, computed
+        by `tunekit.topi`, its `pattern` saying what the passes may fold). Fold and
+        fuse nothing: the core's passes do (`tunekit.deploy.plan.PASSES`). Give each
+        Node the model's name and type for it (`name`, `kind`): the loader then checks
+        every node's args and names the file and the node for a bad one.
         Raises:
             tunekit.errors.ModelError: the file cannot be read, or holds a node
                 this frontend does not support (name it, its type, and what is supported).

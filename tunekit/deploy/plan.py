@@ -3,7 +3,11 @@ of work done once. Every distinct node's Task is made once, the target's
 `network_choices` asked once and each task's best record read once; the pass pipeline,
 the task list (`extract_tasks`, a recipe's model tasks) and the compiled model read them.
 
-The passes, in order (each `Graph -> Graph` through `tunekit.graph.rewrite`):
+The passes, in order (each `Graph -> Graph`, in a module of `tunekit.graph`):
+- epilogues: what follows a conv, dense or matmul folds into it (BatchNormalization, a bias,
+  a residual, ReLU/ReLU6), and a reshape of an op's output is an alias of it;
+- merge-siblings: matmuls of constant weights reading the same data run as one (Q, K, V);
+- fuse-te: a frontend's te calls grouped into kernels (left out: one kernel each);
 - dense-rows: a product of constant weights with few rows runs as dense;
 - pack-panels: constant matmul weights in the target's column panels;
 - block-channels: activations in channel blocks, the rule's or, with records, the blocks
@@ -25,8 +29,11 @@ from tunekit.graph import Graph, Node
 from tunekit.graph.alternatives import ALTERNATIVES
 from tunekit.graph.blocking import BlockPlan, block_activations, plan_blocks
 from tunekit.graph.dense_rows import dense_rows
+from tunekit.graph.epilogues import fuse_epilogues
+from tunekit.graph.fuse_te import fuse_te
 from tunekit.graph.layout_search import layer_variants, search_blocks
 from tunekit.graph.panels import pack_panels
+from tunekit.graph.siblings import merge_siblings
 from tunekit.ops.computed import ComputedOp
 from tunekit.plugin.registry import registry
 from tunekit.store.database import Database
@@ -60,6 +67,9 @@ def computed(name: str, data: str) -> Task:
 class NetworkPlan:
     """`graph` on `target`, with the records of `database` (None: none).
 
+    The passes up to fuse-te run here, on the graph as a frontend translated it: what
+    they leave (`graph`) is op calls and computations, each a Task.
+
     Args:
         graph: the network as loaded (`tunekit.deploy.network.load_graph`).
         target: the Target it runs on.
@@ -71,10 +81,14 @@ class NetworkPlan:
     """
 
     def __init__(self, graph: Graph, target, database: Database | None = None, passes: Sequence[str] | None = None):
-        self.graph, self.target = graph, target
-        self.database = _ReadOnce(database) if database is not None else None
+        self.target, self.database = target, _ReadOnce(database) if database is not None else None
         self.choices = target.network_choices()
-        self.passes = [p for p in PASSES if p.name in _known(passes or ())] if passes is not None else list(PASSES)
+        chosen = [p for p in PASSES if p.name in _known(passes or ())] if passes is not None else list(PASSES)
+        lowering = [p for p in chosen if PASSES.index(p) <= _FUSE]
+        self.passes = chosen[len(lowering):]
+        for p in lowering:
+            graph = p.run(graph, self, False)
+        self.graph = graph = fuse_te(graph, group=False) if any(n.call for n in graph.nodes) else graph
         self._tasks: dict[tuple, Task] = {}
         self._best: dict[str, tuple | None] = {}
         checked = set()
@@ -143,17 +157,18 @@ class NetworkPlan:
 
     def tasks(self, search_layouts: bool = False) -> list[tuple[Task, int]]:
         """The distinct tuning tasks with how many times the network runs each, in order of first
-        use: each layer's, then the alternatives that may replace the layers ending at it (all
-        candidates, unchosen); with `search_layouts` (and the block-channels pass), then the
+        use: each layer's followed by the alternatives that may run it alone, then those of chains
+        of layers (all candidates, unchosen); with `search_layouts` (and the block-channels pass), then the
         tasks of the other channel blocks its layers may take, with their alternatives."""
         graph = self.compiled(by_records=False)
-        ends: dict[str, list[Task]] = {}
+        ends: dict[str, list[Task]] = {}   # a layer's own alternatives, after it
+        chains: list[Task] = []            # those of several layers, after all (the order keys a tuning run)
         for alt in ALTERNATIVES:
             for out, nodes in alt.matches(graph, self.choices).items():
-                ends.setdefault(out, []).extend(self.task(Node(op, args, [], ""))
-                                                for op, args in alt.candidates(nodes, self.choices))
+                tasks = [self.task(Node(op, args, [], "")) for op, args in alt.candidates(nodes, self.choices)]
+                (ends.setdefault(out, []) if len(nodes) == 1 else chains).extend(tasks)
         found: dict[str, list] = {}
-        for task in [t for node in graph.nodes for t in [self.task(node), *ends.get(node.output, [])]]:
+        for task in [*(t for node in graph.nodes for t in [self.task(node), *ends.get(node.output, [])]), *chains]:
             task = task.anchor()
             found.setdefault(task.key, [task, 0])[1] += 1
         packed = self.compiled(by_records=False, until="block-channels")
@@ -230,8 +245,16 @@ def _choose(graph: Graph, plan: NetworkPlan, by_records: bool) -> Graph:
 
 
 PASSES = (
+    Pass("epilogues", "BatchNormalization, bias, residual and ReLU/ReLU6 folded into the conv, dense or matmul "
+         "before them", lambda graph, plan, by_records: fuse_epilogues(graph)),
+    Pass("merge-siblings", "matmuls of constant weights reading the same data run as one (Q, K, V)",
+         lambda graph, plan, by_records: merge_siblings(graph)),
+    Pass("fuse-te", "a frontend's te calls grouped into kernels (left out: one kernel each)",
+         lambda graph, plan, by_records: fuse_te(graph)),
     Pass("dense-rows", "products of constant weights with few rows (the target's dense_rows) run as dense", _dense),
     Pass("pack-panels", "constant matmul weights packed in the target's column panels", _pack),
     Pass("block-channels", "activations in channel blocks (per tensor by the records with a database)", _block),
     Pass("alternatives", "layers run the algorithm their records say is fastest (Winograd, mbconv)", _choose),
 )
+#: the passes up to this one run on the graph as translated (`NetworkPlan`'s graph is after them)
+_FUSE = [p.name for p in PASSES].index("fuse-te")

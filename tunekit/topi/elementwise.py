@@ -98,6 +98,12 @@ def full(shape, value, dtype: str, name: str) -> te.Tensor:
     return te.compute(shape, lambda *i: ir.const(value, dtype), name=name)
 
 
+def ident(name: str) -> str:
+    """Return `name` made an identifier (for te and kernel names)."""
+    out = "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
+    return out if out[:1].isalpha() else f"t_{out}"
+
+
 def kernel_parameter(shape, name: str, dtype: str) -> tuple[te.Tensor, te.Tensor]:
     """Return the placeholder of a kernel's input tensor and the tensor its computation reads: the
     placeholder, or for a bool tensor (a kernel's arrays are never bool) a uint8 one read as a mask `{name}_mask`."""

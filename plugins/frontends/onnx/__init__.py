@@ -6,8 +6,8 @@ from tunekit.frontends import Frontend
 
 
 class OnnxFrontend(Frontend):
-    """Reads ONNX models: loaded, checked, shapes inferred; BatchNormalization folded and
-    the bias, residual add and ReLU/ReLU6 after each Conv fused into its epilogue."""
+    """Reads ONNX models: loaded, checked, constants folded, shapes inferred, and each node
+    translated to a tunekit op or a te call of `tunekit.topi`."""
     name = "onnx"
     suffixes = (".onnx",)
 

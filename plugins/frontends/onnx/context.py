@@ -11,6 +11,7 @@ import numpy as np
 from tunekit import te
 from tunekit.errors import ArgumentError, ModelError
 from tunekit.topi import elementwise
+from tunekit.topi.elementwise import ident
 
 #: the te dtype of each ONNX element type a tensor may have inside a graph
 ONNX_DTYPES = {1: "float32", 11: "float64", 10: "float16", 7: "int64", 6: "int32", 9: "bool", 2: "uint8",
@@ -112,9 +113,3 @@ def lowerings(table: dict) -> dict:
                 raise cx.fail(str(e)) from e
         return lower
     return {op: translated(fn) for op, fn in table.items()}
-
-
-def ident(name: str) -> str:
-    """`name` made an identifier (te and kernel names)."""
-    out = "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
-    return out if out[:1].isalpha() else f"t_{out}"

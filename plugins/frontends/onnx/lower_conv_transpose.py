@@ -19,7 +19,6 @@ from tunekit.graph import Node
 from tunekit.topi import linear
 
 from .context import attrs_of, ident
-from .fuse import Fixed, TeItem
 
 
 def applies(cv, n) -> bool:
@@ -53,7 +52,7 @@ def expand(cv, n) -> None:
         name = f"{tag}/dense"   # rows [pt, pt + Ho) and columns [pl, pl + Wo), zeros past its end (output_padding)
         win = np.pad(w, [(0, 0), (0, 0), (0, max(0, pt + Ho - kh)), (0, max(0, pl + Wo - kw))])[:, :, pt:, pl:]
         win = win[:, :, :Ho, :Wo].reshape(C, -1).T
-        cv.add_item(cv.anchors.linear(n, x, N, name, win, None, name), name, (N, K * Ho * Wo), "float32")
+        cv.add_node(cv.anchors.linear(n, x, N, name, win, None, name), (N, K * Ho * Wo))
         cv.shapes[name] = (N, K, Ho, Wo)   # the interleave reads it as one phase (the same bytes)
         sh = sw = 1
         phases.append(name)
@@ -76,13 +75,13 @@ def expand(cv, n) -> None:
             data = te.to_data(linear.conv_transpose_phase(N, C, H, W, K, Q, P, A, B, oh, ow, last))
             node = Node("onnx_conv_transpose_phase", {}, [x, weight], name, f"{n.name or tag} phase {rh}{rw}",
                         "ConvTranspose", computation=data)
-            cv.add_item(Fixed(node), name, shape, "float32")
+            cv.add_node(node, shape)
             phases.append(name)
     bias = cv.consts[n.input[2]] if len(n.input) > 2 and n.input[2] else np.zeros(K, np.float32)
     scale, shift = cv.const(f"{tag}/scale", np.ones(K)), cv.const(f"{tag}/shift", bias)
-    item = TeItem("ConvTranspose", n.name or tag, {"strides": [sh, sw], "last": last}, [*phases, scale, shift],
-                  [n.output[0]], 0, interleave, "injective")
-    cv.add_item(item, n.output[0], cv.shapes[n.output[0]], "float32")
+    cv.add_node(cv.te_call("ConvTranspose", n.name or tag, [*phases, scale, shift], [n.output[0]], 0,
+                           {"strides": [sh, sw], "last": last}, interleave, ("scale_shift",), "injective"),
+                cv.shapes[n.output[0]])
 
 
 def interleave(cx) -> list[te.Tensor]:

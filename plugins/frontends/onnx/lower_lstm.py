@@ -17,7 +17,6 @@ from tunekit.ops import lstm_step
 from tunekit.topi import layout
 
 from .context import attrs_of, ident
-from .fuse import Fixed, TeItem
 
 
 def expand(cv, n) -> None:
@@ -40,8 +39,8 @@ def expand(cv, n) -> None:
     b = cv.consts[bias].reshape(2, 4 * H).sum(0) if bias else np.zeros(4 * H, np.float32)
     tag = ident(n.name or n.output[0])
     proj = f"{tag}/projection"
-    f = cv.anchors.linear(n, x, T * B, f"{tag}/W", cv.consts[w][0], cv.const(f"{tag}/B", b), proj)
-    cv.add_item(f, proj, (T * B, 4 * H), "float32")
+    cv.add_node(cv.anchors.linear(n, x, T * B, f"{tag}/W", cv.consts[w][0], cv.const(f"{tag}/B", b), proj),
+                (T * B, 4 * H))
     zeros = np.zeros((B, H), np.float32)
     init = cv.const(f"{tag}/initial_state", np.stack([cv.consts[h0][0] if h0 else zeros,
                                                       cv.consts[c0][0] if c0 else zeros]))
@@ -54,11 +53,10 @@ def expand(cv, n) -> None:
         cv.views[out] = (states, t * 2 * B * H, (2, B, H))
         cv.shapes[out] = (2, B, H)
         node = Node("lstm_step", {"B": B, "H": H}, [view, prev, rec], out, f"{n.name or tag} step {t}", "LSTM")
-        cv.add_item(Fixed(node), out, (2, B, H), "float32")
+        cv.add_node(node, (2, B, H))
         prev = out
     for k, o in enumerate(n.output):
-        if o and cv.consumers.get(o):
-            item = TeItem("LSTM", n.name, {}, [states], [o], 0, lambda cx, k=k: [layout.lstm_output(
-                cx.tensor(0), k, f"{tag}_{('y', 'y_h', 'y_c')[k]}")], "injective")
-            cv.add_item(item, o, cv.shapes[o], "float32")
+        if o and o in cv.used:
+            cv.add_node(cv.te_call("LSTM", n.name, [states], [o], 0, {}, lambda cx, k=k: [layout.lstm_output(
+                cx.tensor(0), k, f"{tag}_{('y', 'y_h', 'y_c')[k]}")]), cv.shapes[o])
 
