@@ -164,6 +164,7 @@ def test_the_onnx_frontend_imports_no_graph_pass():
     for path in sorted(ONNX_FRONTEND.glob("**/*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             module = getattr(node, "module", None) or ""
-            if isinstance(node, ast.ImportFrom) and module.startswith(("tunekit.graph.", "tunekit.deploy")):
+            if isinstance(node, ast.ImportFrom) and module.startswith(("tunekit.graph.", "tunekit.deploy")) \
+                    and module != "tunekit.graph.builder":   # (what a frontend fills; no pass)
                 found.append(f"{path}:{node.lineno}: from {node.module} import ...")
     assert not found, "the ONNX frontend runs a pass itself:\n" + "\n".join(found)

@@ -24,7 +24,8 @@ class Frontend(Component):
         A node is a tunekit op call (weights as constants in the layout the op
         declares) or a te call of the op library (`tunekit.graph.TeCall`, computed
         by `tunekit.topi`, its `pattern` saying what the passes may fold). Fold and
-        fuse nothing: the core's passes do (`tunekit.deploy.plan.PASSES`). Give each
+        fuse nothing: the core's passes do (`tunekit.deploy.plan.PASSES`); build it with
+        `tunekit.graph.builder.GraphBuilder`. Give each
         Node the model's name and type for it (`name`, `kind`): the loader then checks
         every node's args and names the file and the node for a bad one.
         Raises:

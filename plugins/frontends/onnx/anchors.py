@@ -19,9 +19,9 @@ class Anchors:
     def make(self, n) -> Node | None:
         """The op node of ONNX node `n`, or None if `n` is not one (then it is a te call)."""
         cv = self.cv
-        if n.op_type == "Conv" and n.input[1] in cv.consts and len(cv.shapes[n.input[0]]) == 4:
+        if n.op_type == "Conv" and n.input[1] in cv.constants and len(cv.shapes[n.input[0]]) == 4:
             return self.conv(n)
-        if n.op_type in ("Gemm", "MatMul") and n.input[1] in cv.consts and cv.consts[n.input[1]].ndim == 2:
+        if n.op_type in ("Gemm", "MatMul") and n.input[1] in cv.constants and cv.constants[n.input[1]].ndim == 2:
             return self.dense(n)
         if n.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool") and len(cv.shapes[n.input[0]]) == 4:
             return getattr(self, n.op_type.lower())(n)
@@ -31,7 +31,7 @@ class Anchors:
         cv, a = self.cv, attrs_of(n)
         x, w = n.input[0], n.input[1]
         N, C, H, W = cv.shapes[x]
-        K, Cg, R, S = cv.consts[w].shape
+        K, Cg, R, S = cv.constants[w].shape
         pads = list(a.get("pads", [0, 0, 0, 0]))
         if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
             raise cv.fail(n, "auto_pad SAME is not supported; export with explicit pads")
@@ -47,7 +47,7 @@ class Anchors:
         else:
             op, args = "group_conv2d", {**common, "K_out": K, "groups": group}
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
-        if bias is not None and bias not in cv.consts:
+        if bias is not None and bias not in cv.constants:
             raise cv.fail(n, "its bias is not a constant")
         return _epilogued(op, args, [x, w, *([bias] if bias else [])], n.output[0], n)
 
@@ -60,18 +60,18 @@ class Anchors:
         if n.op_type == "Gemm":
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1 or a.get("beta", 1.0) != 1:
                 return None
-            weight = cv.consts[w] if a.get("transB", 0) else cv.consts[w].T   # [out, in]
+            weight = cv.constants[w] if a.get("transB", 0) else cv.constants[w].T   # [out, in]
         else:
             if len(shape) < 2:
                 return None
-            weight = cv.consts[w].T
+            weight = cv.constants[w].T
         # the data's rows: its shape may be that of the tensor a Reshape or Flatten aliases ([M, K, 1, 1], [1, M, K])
         M = int(np.prod(shape)) // weight.shape[1]
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
-        if bias is not None and (bias not in cv.consts or cv.consts[bias].size != weight.shape[0]):
+        if bias is not None and (bias not in cv.constants or cv.constants[bias].size != weight.shape[0]):
             return None
-        return self.linear(n, x, M, w, weight, cv.const(bias + "/flat", cv.consts[bias].reshape(-1)) if bias else None,
-                           n.output[0])
+        bias = cv.const(bias + "/flat", cv.constants[bias].reshape(-1)) if bias else None
+        return self.linear(n, x, M, w, weight, bias, n.output[0])
 
     def linear(self, n, x: str, M: int, name: str, weight: np.ndarray, bias: str | None, out: str) -> Node:
         """x [M, K] times constant `weight` [N, K] (named `name`): a matmul of the weight stored

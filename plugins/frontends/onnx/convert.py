@@ -10,10 +10,9 @@ them: `tunekit.deploy.plan`):
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node, TeCall
+from tunekit.graph.builder import GraphBuilder
 
 from . import lower_conv_transpose, lower_lstm
 from .anchors import Anchors
@@ -58,14 +57,13 @@ def convert(path: str) -> Graph:
     _check_ops(model, path)
     cv = _Converter(path, consts)
     for v in [*g.input, *g.value_info, *g.output]:
-        if v.name not in cv.consts:
+        if v.name not in cv.constants:
             cv.shapes[v.name] = _shape(v, path)
             cv.dtypes[v.name] = ONNX_DTYPES[v.type.tensor_type.elem_type]
     cv.used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     for n in g.node:
-        cv.add(n)
-    inputs = {v.name: (cv.shapes[v.name], cv.dtypes[v.name]) for v in g.input if v.name not in cv.consts}
-    outputs = [o.name for o in g.output]
+        cv.translate(n)
+    inputs = [v.name for v in g.input if v.name not in cv.constants]
     # token ids: the vocabulary a Gather indexes (through reshapes of the input)
     source = {n.output[0]: n.input[0] for n in g.node if n.op_type in RESHAPES}
 
@@ -75,34 +73,17 @@ def convert(path: str) -> Graph:
         return t
     bounds = {root(n.input[1]): cv.shapes[n.input[0]][attrs_of(n).get("axis", 0)] for n in g.node
               if n.op_type == "Gather" and root(n.input[1]) in inputs}
-    return Graph(inputs, cv.consts, cv.nodes, outputs, {**cv.shapes, **{k: s for k, (s, _) in inputs.items()}},
-                 [cv.shapes[o] for o in outputs], views=cv.views, input_bounds=bounds, dtypes=cv.dtypes,
-                 frontend="onnx")
+    return cv.graph(inputs, [o.name for o in g.output], bounds)
 
 
-class _Converter:
+class _Converter(GraphBuilder):
     def __init__(self, path: str, consts: dict):
-        self.path, self.consts = path, consts
-        self.shapes: dict[str, tuple] = {k: v.shape for k, v in consts.items()}
-        self.dtypes: dict[str, str] = {k: str(v.dtype) for k, v in consts.items()}
+        super().__init__(path, consts, "onnx")
         self.used: set[str] = set()           # the tensors some node or the graph's outputs read
-        self.nodes: list[Node] = []
-        self.views: dict[str, tuple] = {}
         self.anchors = Anchors(self)
 
     def fail(self, n, why: str) -> ModelError:
-        return ModelError(f"{self.path}: {node_name(n)} is not supported: {why}")
-
-    def const(self, name: str, value) -> str:
-        key = f"{name}:tunekit"
-        self.consts[key] = np.ascontiguousarray(value, np.float32)
-        self.shapes[key], self.dtypes[key] = self.consts[key].shape, "float32"
-        return key
-
-    def add_node(self, node: Node, shape: tuple, dtype: str = "float32") -> None:
-        self.nodes.append(node)
-        self.shapes.setdefault(node.output, shape)
-        self.dtypes.setdefault(node.output, dtype)
+        return ModelError(f"{self.source}: {node_name(n)} is not supported: {why}")
 
     def te_call(self, op_type: str, name: str, inputs: list[str], outputs: list[str], k: int, attrs: dict, fn,
                 pattern: tuple = (), kind: str | None = None) -> Node:
@@ -111,12 +92,13 @@ class _Converter:
         shapes, dtypes = [self.shapes[o] for o in outputs], [self.dtypes[o] for o in outputs]
 
         def lower(values, outside):
-            return fn(NodeContext(op_type, name, attrs, values, shapes, dtypes, outside, self.path))[k]
+            return fn(NodeContext(op_type, name, attrs, values, shapes, dtypes, outside, self.source))[k]
         call = TeCall(lower, [self.shapes[i] if i else () for i in inputs], kind or KINDS.get(op_type, "injective"),
                       op_type in MOVES, op_type in RESHAPES, pattern)
         return Node(op_type.lower(), {}, list(inputs), outputs[k], name, op_type, call=call)
 
-    def add(self, n) -> None:
+    def translate(self, n) -> None:
+        """Add the nodes of ONNX node `n`."""
         try:
             self._add(n)
         except (KeyError, ValueError, IndexError, TypeError) as e:   # what the checks did not foresee
@@ -124,7 +106,7 @@ class _Converter:
 
     def _add(self, n) -> None:
         if n.op_type in ANCHORS and (node := self.anchors.make(n)) is not None:
-            return self.add_node(node, self.shapes[n.output[0]])
+            return self.add(node, self.shapes[n.output[0]])
         if n.op_type == "LSTM":
             return lower_lstm.expand(self, n)
         if n.op_type == "ConvTranspose" and lower_conv_transpose.applies(self, n):
@@ -137,7 +119,7 @@ class _Converter:
         attrs = attrs_of(n)
         for k, o in enumerate(n.output):
             if o and o in self.used:
-                self.add_node(self.te_call(n.op_type, n.name or n.output[0], list(n.input), list(n.output), k, attrs,
+                self.add(self.te_call(n.op_type, n.name or n.output[0], list(n.input), list(n.output), k, attrs,
                                            LOWERINGS[n.op_type], self._pattern(n, attrs)), self.shapes[o],
                               self.dtypes[o])
 
@@ -153,5 +135,5 @@ class _Converter:
         def bound(k: int, attr: str):   # an input (opset 11 on: a constant), else the attribute
             if len(n.input) <= k or not n.input[k]:
                 return attrs.get(attr)
-            return self.consts[n.input[k]].item() if n.input[k] in self.consts else "data"
+            return self.constants[n.input[k]].item() if n.input[k] in self.constants else "data"
         return "clip", bound(1, "min"), bound(2, "max")

@@ -24,9 +24,9 @@ from .context import attrs_of, ident
 def applies(cv, n) -> bool:
     """Whether ConvTranspose node `n` takes this form (else the generic te lowering)."""
     a = attrs_of(n)
-    return (n.input[1] in cv.consts and len(cv.shapes[n.input[0]]) == 4 and a.get("group", 1) == 1
+    return (n.input[1] in cv.constants and len(cv.shapes[n.input[0]]) == 4 and a.get("group", 1) == 1
             and set(a.get("dilations", [1, 1])) == {1} and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
-            and "output_shape" not in a and (len(n.input) < 3 or not n.input[2] or n.input[2] in cv.consts))
+            and "output_shape" not in a and (len(n.input) < 3 or not n.input[2] or n.input[2] in cv.constants))
 
 
 def _axis(size: int, out: int, k: int, s: int, pad: int, r: int) -> tuple[int, int, int]:
@@ -40,7 +40,7 @@ def _axis(size: int, out: int, k: int, s: int, pad: int, r: int) -> tuple[int, i
 def expand(cv, n) -> None:
     """Add the phase kernels and the interleave of ConvTranspose node `n` to converter `cv`."""
     a = attrs_of(n)
-    x, w = n.input[0], cv.consts[n.input[1]]   # [C, K, kh, kw]
+    x, w = n.input[0], cv.constants[n.input[1]]   # [C, K, kh, kw]
     N, C, H, W = cv.shapes[x]
     K, kh, kw = w.shape[1:]
     sh, sw = a.get("strides", [1, 1])
@@ -52,7 +52,7 @@ def expand(cv, n) -> None:
         name = f"{tag}/dense"   # rows [pt, pt + Ho) and columns [pl, pl + Wo), zeros past its end (output_padding)
         win = np.pad(w, [(0, 0), (0, 0), (0, max(0, pt + Ho - kh)), (0, max(0, pl + Wo - kw))])[:, :, pt:, pl:]
         win = win[:, :, :Ho, :Wo].reshape(C, -1).T
-        cv.add_node(cv.anchors.linear(n, x, N, name, win, None, name), (N, K * Ho * Wo))
+        cv.add(cv.anchors.linear(n, x, N, name, win, None, name), (N, K * Ho * Wo))
         cv.shapes[name] = (N, K, Ho, Wo)   # the interleave reads it as one phase (the same bytes)
         sh = sw = 1
         phases.append(name)
@@ -65,8 +65,8 @@ def expand(cv, n) -> None:
             name = f"{tag}/phase{rh}{rw}"
             shape = (N, Q, P, K) if last else (N, K, Q, P)
             if min(Q, P) <= 0 or min(A, B) <= 0:   # no output, or no tap reaches it (zeros)
-                cv.consts[name] = np.zeros([max(d, 0) for d in shape], np.float32)
-                cv.shapes[name] = cv.consts[name].shape
+                cv.constants[name] = np.zeros([max(d, 0) for d in shape], np.float32)
+                cv.shapes[name] = cv.constants[name].shape
                 phases.append(name)
                 continue
             ch, cw = (rh + pt) % sh, (rw + pl) % sw
@@ -75,11 +75,11 @@ def expand(cv, n) -> None:
             data = te.to_data(linear.conv_transpose_phase(N, C, H, W, K, Q, P, A, B, oh, ow, last))
             node = Node("onnx_conv_transpose_phase", {}, [x, weight], name, f"{n.name or tag} phase {rh}{rw}",
                         "ConvTranspose", computation=data)
-            cv.add_node(node, shape)
+            cv.add(node, shape)
             phases.append(name)
-    bias = cv.consts[n.input[2]] if len(n.input) > 2 and n.input[2] else np.zeros(K, np.float32)
+    bias = cv.constants[n.input[2]] if len(n.input) > 2 and n.input[2] else np.zeros(K, np.float32)
     scale, shift = cv.const(f"{tag}/scale", np.ones(K)), cv.const(f"{tag}/shift", bias)
-    cv.add_node(cv.te_call("ConvTranspose", n.name or tag, [*phases, scale, shift], [n.output[0]], 0,
+    cv.add(cv.te_call("ConvTranspose", n.name or tag, [*phases, scale, shift], [n.output[0]], 0,
                            {"strides": [sh, sw], "last": last}, interleave, ("scale_shift",), "injective"),
                 cv.shapes[n.output[0]])
 
