@@ -89,7 +89,7 @@ class NetworkPlan:
         for p in lowering:
             graph = p.run(graph, self, False)
         self.graph = graph = fuse_te(graph, group=False) if any(n.call for n in graph.nodes) else graph
-        self._tasks: dict[tuple, Task] = {}
+        self._tasks: dict[tuple, tuple] = {}   # a node's op and args (or computation) -> (its Task, what keys it)
         self._best: dict[str, tuple | None] = {}
         checked = set()
         for node in graph.nodes:
@@ -100,12 +100,15 @@ class NetworkPlan:
 
     def task(self, node: Node) -> Task:
         """The Task `node` runs: its op at its args, or its own computation (made once)."""
-        if node.computation is not None:
-            return computed(node.op, json.dumps(node.computation, sort_keys=True))
+        if node.computation is not None:   # the passes hand one computation on: its JSON is made once
+            key = (node.op, id(node.computation))
+            if key not in self._tasks:   # (the computation is kept with it, so that its id stays its own)
+                self._tasks[key] = computed(node.op, json.dumps(node.computation, sort_keys=True)), node.computation
+            return self._tasks[key][0]
         key = (node.op, repr(sorted(node.args.items())))
         if key not in self._tasks:
-            self._tasks[key] = registry().task(node.op, node.args)
-        return self._tasks[key]
+            self._tasks[key] = registry().task(node.op, node.args), None
+        return self._tasks[key][0]
 
     def best(self, task: Task) -> tuple | None:
         """`tunekit.deploy.kernels.best_record` of `task` (read once), or None."""

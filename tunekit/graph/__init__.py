@@ -54,6 +54,13 @@ class Node:
     call: TeCall | None = None    #: a te call still to be grouped (then `op` is the model's type, lower case)
 
 
+def resolve(alias: dict[str, str], name: str) -> str:
+    """The tensor whose bytes `name` is, following `alias` (a reshape's output -> its input)."""
+    while name in alias:
+        name = alias[name]
+    return name
+
+
 @dataclass
 class Graph:
     """A network: inputs -> nodes -> outputs, with constant tensors."""

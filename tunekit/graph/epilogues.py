@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tunekit.graph import Graph, Node
+from tunekit.graph import Graph, Node, resolve
 
 #: the ops whose epilogue takes a bias, a residual and an activation (`tunekit.ops.epilogue`)
 ANCHORS = frozenset({"conv2d", "depthwise_conv2d", "group_conv2d", "dense", "matmul"})
@@ -24,11 +24,6 @@ def fuse_epilogues(graph: Graph) -> Graph:
     nodes: list[Node] = []
     made: dict[str, Node] = {}          # tensor -> the node (of `nodes`) that writes it
 
-    def name(t: str) -> str:
-        while t in alias:
-            t = alias[t]
-        return t
-
     def const(key: str, value) -> str:
         consts[key] = np.ascontiguousarray(value, np.float32)
         return key
@@ -37,7 +32,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
         return nodes.index(made[t]) if t in made else -1
 
     for node in graph.nodes:
-        node = replace(node, inputs=[name(i) for i in node.inputs])
+        node = replace(node, inputs=[resolve(alias, i) for i in node.inputs])
         call, x = node.call, node.inputs[0] if node.inputs else ""
         if call and call.reshape and not (made.get(x) and made[x].call):
             alias[node.output] = x   # its readers are now the input's
@@ -61,7 +56,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
             continue
         nodes.append(node)
         made[node.output] = node
-    return replace(graph, constants=consts, nodes=nodes, outputs=[name(o) for o in graph.outputs])
+    return replace(graph, constants=consts, nodes=nodes, outputs=[resolve(alias, o) for o in graph.outputs])
 
 
 def _renamed(made: dict, node: Node, output: str) -> None:

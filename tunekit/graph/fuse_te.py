@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tunekit import te
-from tunekit.graph import Graph, Node
+from tunekit.graph import Graph, Node, resolve
 from tunekit.topi.elementwise import ident, kernel_output, kernel_parameter
 
 
@@ -39,23 +39,18 @@ def fuse_te(graph: Graph, group: bool = True) -> Graph:
                 members[r] = [*members.pop(name), *members[r]]
     alias = {out: g[0].inputs[0] for out, g in members.items() if len(g) == 1 and g[0].call.reshape}
 
-    def name(t: str) -> str:
-        while t in alias:
-            t = alias[t]
-        return t
-
     nodes = []
     for n in graph.nodes:
         if not n.call:
-            nodes.append(replace(n, inputs=[name(i) for i in n.inputs]))
+            nodes.append(replace(n, inputs=[resolve(alias, i) for i in n.inputs]))
         elif root[n.output] == n.output and n.output not in alias:
             reads, tensors = _computation(graph, members[n.output])
             group_ = members[n.output]
             kinds = "_".join(dict.fromkeys(m.op for m in group_))
             op = (f"{graph.frontend}_{kinds}" if graph.frontend else kinds)[:64].rstrip("_")
-            nodes.append(Node(op, {}, [name(i) for i in reads], n.output, n.name,
+            nodes.append(Node(op, {}, [resolve(alias, i) for i in reads], n.output, n.name,
                               "+".join(dict.fromkeys(m.kind for m in group_)), computation=te.to_data(tensors)))
-    return replace(graph, nodes=nodes, outputs=[name(o) for o in graph.outputs])
+    return replace(graph, nodes=nodes, outputs=[resolve(alias, o) for o in graph.outputs])
 
 
 def _heavy(group: list[Node]) -> int:
