@@ -167,8 +167,7 @@ class LoopNest:
         coef = np.zeros((n_acc, n_loop))
         for a, (st, c) in enumerate(zip(self.acc_stmt, self.acc_coef)):
             inside[a, list(self.stmt_path[st])] = True
-            for k, v in c.items():
-                coef[a, k] = v
+            coef[a, list(c)] = list(c.values())
         # loops at or below k on an access's path are the path loops as deep as k or deeper
         below = (depth[:, None] >= depth[None, :]).astype(np.float64)
         buffers = sorted(self.buffers, key=self.buffers.get)
@@ -180,9 +179,7 @@ class LoopNest:
             touched = np.minimum(np.exp2(((inside & (coef > 0)) * self.log_ext) @ below),
                                  1.0 + (inside * coef * (ext - 1.0)) @ below)
             self.touched = np.log2(np.minimum(touched, size[:, None]))        # log2 elements
-        self.inside, self.coef, self.elem = inside, coef, elem
-        self.buffer_list = buffers
-        self.acc_buf_arr = acc_buf
+        self.inside, self.coef, self.elem, self.buffer_list, self.acc_buf_arr = inside, coef, elem, buffers, acc_buf
         # iterations above (including) and below (deepest chain, including) each loop
         td, bu = np.zeros(n_loop), self.log_ext.copy()
         for k in range(n_loop):
@@ -309,8 +306,7 @@ def feature_names(kind: str) -> list[str]:
     "buf0.reuse|bytes<2^12" is R_t(reuse, bytes) of buffer slot 0 at beta = 2^12 bytes."""
     if kind not in ("relation", "curve"):
         raise TunekitError(f"feature kind {kind!r} has no fixed names (only relation/curve)")
-    names = [f"{n}<2^{int(t)}" for n, _, _, ts in _REL_PAIRS for t in ts]
-    return names + list(_GLOBALS)
+    return [f"{n}<2^{int(t)}" for n, _, _, ts in _REL_PAIRS for t in ts] + list(_GLOBALS)
 
 
 # ---- knob
@@ -321,10 +317,8 @@ def knob_features(space, index: int) -> np.ndarray:
     for k, c in zip(space.knobs, space.choices(index)):
         if k.kind == "split":
             out += [math.log2(max(1, x)) for x in k.values[c]]
-        elif len(k) <= 32:
-            one = [0.0] * len(k)
-            one[c] = 1.0
-            out += one
+        elif len(k) <= 32:   # one-hot
+            out += [float(p == c) for p in range(len(k))]
         else:
             out.append(float(c))
     return np.asarray(out, np.float32)

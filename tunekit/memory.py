@@ -8,6 +8,8 @@ resnet18.C9: the same kernel at 101 and 184 GFLOPS in two processes).
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 ALIGN = 64          # bytes: a cache line, and one AVX-512 register
@@ -43,16 +45,11 @@ def arena(arrays) -> list[np.ndarray]:
         C-contiguous copies, in the same order.
     """
     arrays = [np.asarray(a) for a in arrays]
-    offsets, end = [], 0
-    for a in arrays:
-        offsets.append(end)
-        end += -(-a.nbytes // ALIGN) * ALIGN
-    block = empty(max(end, 1), np.uint8, _PAGE)
-    out = []
-    for a, off in zip(arrays, offsets):
-        view = block[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+    offsets = list(itertools.accumulate((-(-a.nbytes // ALIGN) * ALIGN for a in arrays), initial=0))
+    block = empty(max(offsets[-1], 1), np.uint8, _PAGE)
+    out = [block[off:off + a.nbytes].view(a.dtype).reshape(a.shape) for a, off in zip(arrays, offsets)]
+    for view, a in zip(out, arrays):
         view[...] = a
-        out.append(view)
     return out
 
 

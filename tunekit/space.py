@@ -22,22 +22,14 @@ from tunekit.errors import SpaceError
 def _factorizations(n: int, parts: int) -> list[tuple]:
     if parts == 1:
         return [(n,)]
-    out = []
-    for f in range(1, n + 1):
-        if n % f == 0:
-            out += [(f,) + rest for rest in _factorizations(n // f, parts - 1)]
-    return out
+    return [(f,) + rest for f in range(1, n + 1) if n % f == 0 for rest in _factorizations(n // f, parts - 1)]
 
 
 def _pow2_splits(n: int, parts: int, max_factor: int) -> list[tuple]:
     # inner factors are powers of two; the outer one covers the rest (guarded tail)
     pows = [2 ** i for i in range(max(1, (n - 1).bit_length()) + 1) if 2 ** i <= min(n, max_factor)]
-    out = []
-    for inner in itertools.product(pows, repeat=parts - 1):
-        prod = math.prod(inner)
-        if prod <= n:
-            out.append((-(-n // prod),) + inner)
-    return out
+    products = ((math.prod(inner), inner) for inner in itertools.product(pows, repeat=parts - 1))
+    return [(-(-n // prod),) + inner for prod, inner in products if prod <= n]
 
 
 class SplitValue(tuple):
@@ -61,18 +53,16 @@ class ReorderValue(tuple):
         return order
 
 
+_PRIMITIVES = {"unroll": "unroll", "vec": "vectorize", "parallel": "parallel"}   # annotation -> Stage method
+
+
 class AnnotateValue(tuple):
     """One annotation per loop: "none", "unroll", "vec" or "parallel"."""
 
     def apply(self, s, tensor, axes) -> None:
-        stage = s[tensor]
         for ax, ann in zip(axes, self):
-            if ann == "unroll":
-                stage.unroll(ax)
-            elif ann == "vec":
-                stage.vectorize(ax)
-            elif ann == "parallel":
-                stage.parallel(ax)
+            if ann in _PRIMITIVES:
+                getattr(s[tensor], _PRIMITIVES[ann])(ax)
 
 
 class Knob:
@@ -281,12 +271,10 @@ class ConfigSpace(_Define):
             if k.name not in values:
                 raise SpaceError(f"config has no value for knob {k.name!r}")
             v = values[k.name]
-            for pos, cand in enumerate(k.values):
-                if _jsonable(cand) == v:
-                    choices.append(pos)
-                    break
-            else:
+            pos = next((p for p, cand in enumerate(k.values) if _jsonable(cand) == v), None)
+            if pos is None:
                 raise SpaceError(f"knob {k.name!r} has no value {v!r}")
+            choices.append(pos)
         return self.get(self.index_of(choices))
 
     def __repr__(self) -> str:

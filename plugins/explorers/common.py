@@ -14,9 +14,7 @@ class Fresh:
     def __init__(self, space, rng):
         self.space, self.rng = space, rng
         self.proposed: set[int] = set()
-        self._all = None
-        if space.size <= ENUMERATE_BELOW:
-            self._all = [i for i in range(space.size) if space.space.valid(i)]
+        self._all = [i for i in range(space.size) if space.space.valid(i)] if space.size <= ENUMERATE_BELOW else None
 
     def seen(self, i: int) -> bool:
         return i in self.proposed or i in self.space.measured
@@ -30,8 +28,7 @@ class Fresh:
         if self._all is not None:
             left = [i for i in self._all if not self.seen(i) and i not in skip]
             return left if len(left) <= n else self.rng.sample(left, n)
-        out = [i for i in self.space.space.sample(self.rng, 2 * n + 8) if not self.seen(i) and i not in skip]
-        return out[:n]
+        return [i for i in self.space.space.sample(self.rng, 2 * n + 8) if not self.seen(i) and i not in skip][:n]
 
 
 class Scorer:

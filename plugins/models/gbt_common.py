@@ -100,9 +100,7 @@ class PairwiseRankLoss:
 
     def loss(self, margin: np.ndarray) -> float:
         """Mean pairwise logistic loss (0 without pairs)."""
-        if not len(self.hi):
-            return 0.0
-        return float(np.mean(np.logaddexp(0.0, -(margin[self.hi] - margin[self.lo]))))
+        return float(np.mean(np.logaddexp(0.0, -(margin[self.hi] - margin[self.lo])))) if len(self.hi) else 0.0
 
     def grad_hess(self, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         p = 1.0 / (1.0 + np.exp(margin[self.hi] - margin[self.lo]))   # sigma(-(f_hi - f_lo))
@@ -204,8 +202,7 @@ class GBTModel(tunekit.CostModel):
                 perm = rng.permutation(n)
                 n_held = round(n * o.validation_fraction)
                 held, train = np.sort(perm[:n_held]), np.sort(perm[n_held:])
-            usable = len(held) >= _MIN_HELDOUT and len(np.unique(y[held])) > 1
-            if not usable:   # too few trials to hold any out: every round, all trials
+            if len(held) < _MIN_HELDOUT or len(np.unique(y[held])) < 2:   # too few to hold out: all trials, every round
                 train = train if o.ensemble > 1 else np.arange(n)
                 members.append(self._train(x[train], y[train], groups[train], _take(margin, train), None,
                                            o.num_boost_round, rng))
@@ -256,9 +253,9 @@ class GBTModel(tunekit.CostModel):
         self._global = _Fitted(kind, x.shape[1], self._fit(x, y[order], gid[order], None, rng))
 
     def _global_margin(self, candidates) -> np.ndarray | None:
-        if self._global is None:
-            return None
         g = self._global
+        if g is None:
+            return None
         x = g.x(candidates)
         return np.mean([self._margin(b, r, x, None) for b, r in g.members], axis=0)
 
@@ -288,10 +285,8 @@ class GBTModel(tunekit.CostModel):
     def save(self, path: str) -> None:
         """Write options, boosters (base64) and feature layouts to `path` as JSON."""
         def enc(f: _Fitted | None):
-            if f is None:
-                return None
-            return {"kind": f.kind, "width": f.width,
-                    "members": [[base64.b64encode(self._dumps(b)).decode(), r] for b, r in f.members]}
+            return None if f is None else {"kind": f.kind, "width": f.width, "members": [
+                [base64.b64encode(self._dumps(b)).decode(), r] for b, r in f.members]}
         with open(path, "w") as fh:
             json.dump({"format": _FORMAT, "model": self.name, "options": self.options.model_dump(),
                        "best_y": self.best_y, "global": enc(self._global), "local": enc(self._local)}, fh)
@@ -305,9 +300,8 @@ class GBTModel(tunekit.CostModel):
                                f"(format {state.get('format')!r}, model {state.get('model')!r})")
 
         def dec(d):
-            if d is None:
-                return None
-            return _Fitted(d["kind"], d["width"], [(self._loads(base64.b64decode(b)), r) for b, r in d["members"]])
+            return None if d is None else _Fitted(d["kind"], d["width"], [(self._loads(base64.b64decode(b)), r)
+                                                                          for b, r in d["members"]])
         self.options = self.Options.model_validate(state["options"])
         self.best_y = state["best_y"]
         self._global, self._local = dec(state["global"]), dec(state["local"])

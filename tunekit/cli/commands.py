@@ -8,6 +8,7 @@ import json
 import sys
 import warnings
 from collections.abc import Callable
+from contextlib import closing
 
 from tunekit.commands import Command, arg
 from tunekit.errors import TemplateError, TunekitError
@@ -165,11 +166,8 @@ def plugins(args: argparse.Namespace) -> int:
     out.print(_table("templates", ["op", "template", "targets", "priority", "plugin"],
                      [[e.obj.op, e.obj.name, ", ".join(e.obj.targets), str(e.obj.priority), e.plugin]
                       for e in templates]))
-    broken, seen = [], set()
-    for b in loaded().broken:  # a hook that raises is recorded each time the registry is rebuilt
-        if (b.name, b.error) not in seen:
-            seen.add((b.name, b.error))
-            broken.append([b.name, b.dist, b.version, b.error])
+    # each once: a hook that raises is recorded each time the registry is rebuilt
+    broken = list({(b.name, b.error): [b.name, b.dist, b.version, b.error] for b in loaded().broken}.values())
     if broken:
         out.print()
         out.print(_table("broken plugins", ["name", "dist", "version", "error"], broken))
@@ -210,13 +208,9 @@ def best(args: argparse.Namespace) -> int:
 
     from tunekit.deploy.kernels import checked_best
     from tunekit.store.database import Database
-    db = Database(args.database, readonly=True)
-    try:
-        with warnings.catch_warnings(record=True) as said:   # records of older templates, named once each
-            warnings.simplefilter("always")
-            rows = [checked_best(db, r) for r in db.best(args.workload, args.target)]
-    finally:
-        db.close()
+    with closing(Database(args.database, readonly=True)) as db, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")   # records of older templates, named once each
+        rows = [checked_best(db, r) for r in db.best(args.workload, args.target)]
     for w in said:
         print(f"warning: {w.message}", file=sys.stderr)
     if not rows:
@@ -283,11 +277,8 @@ def _recorded_best(path: str, task, target):
     from tunekit.store.database import Database
     if not os.path.exists(path):
         return None
-    db = Database(path, readonly=True)
-    try:
+    with closing(Database(path, readonly=True)) as db:
         return best_config(db, task, target)
-    finally:
-        db.close()
 
 
 @command("report", arg("database", help="SQLite database written by `tunekit tune`"),

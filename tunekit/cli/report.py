@@ -1,6 +1,9 @@
 """`tunekit report`: best-so-far GFLOPS against trials, as a PNG and a table."""
 from __future__ import annotations
 
+from collections import Counter
+from contextlib import closing
+
 from tunekit.errors import TunekitError
 from tunekit.store.database import Database
 
@@ -28,22 +31,15 @@ def plot_curves(curves: dict, path: str, title: str = "best GFLOPS found vs tria
 
 def report(db_path: str, png: str | None) -> list[list[str]]:
     """Rows of the summary table (task, target, run, trials, best GFLOPS); writes `png` if given."""
-    db = Database(db_path, readonly=True)
-    try:
+    with closing(Database(db_path, readonly=True)) as db:
         curves = db.curves()
-    finally:
-        db.close()
     if not curves:
         raise TunekitError(f"{db_path}: no trials recorded")
-    searches = {}
-    for name, target, model, explorer, run in curves:
-        searches.setdefault((name, target, model, explorer), []).append(run)
+    runs = Counter(key[:4] for key in curves)
     labelled = {}
     for (name, target, model, explorer, run), pts in curves.items():
-        label = f"{name} [{target}] {model}+{explorer}"
-        if len(searches[(name, target, model, explorer)]) > 1:   # several seeds of one search
-            label += f" run {run[-8:]}"
-        labelled[label] = pts
+        suffix = f" run {run[-8:]}" if runs[(name, target, model, explorer)] > 1 else ""   # several seeds of one search
+        labelled[f"{name} [{target}] {model}+{explorer}{suffix}"] = pts
     if png:
         plot_curves(labelled, png)
     return [[label, str(len(pts)), f"{pts[-1][1]:.1f}"] for label, pts in labelled.items()]

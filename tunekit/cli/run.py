@@ -34,10 +34,8 @@ def feeds(net, given: list[str], path: str) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     for name, (shape, dtype) in inputs.items():
         if name not in out:
-            if np.dtype(dtype).kind in "iu":
-                out[name] = rng.integers(0, net.graph.input_bounds.get(name, 2), shape).astype(dtype)
-            else:
-                out[name] = rng.standard_normal(shape).astype(dtype)
+            out[name] = (rng.integers(0, net.graph.input_bounds.get(name, 2), shape) if np.dtype(dtype).kind in "iu"
+                         else rng.standard_normal(shape)).astype(dtype)
     return out
 
 

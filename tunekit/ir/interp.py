@@ -47,8 +47,7 @@ class _PyPrinter(Printer):
         while isinstance(body, n.For) and body.kind == n.THREAD and (body.thread_tag or "").startswith("threadIdx"):
             loops.append(body)
             body = body.body
-        for b in _shared_buffers(body):
-            out.append(f"{pad}{self.name(b)} = [0] * {b.size}")
+        out += [f"{pad}{self.name(b)} = [0] * {b.size}" for b in _shared_buffers(body)]
         fn = f"_thread{len(out)}"
         args = ", ".join(self.name(lp.var) for lp in loops)
         out.append(f"{pad}def {fn}({args}):")

@@ -29,6 +29,7 @@ What a code generator can rely on:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,10 +146,7 @@ class Buffer:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     __hash__ = object.__hash__
 
@@ -234,9 +232,7 @@ def const(value, dtype: str | None = None) -> Const:
 
 
 def as_expr(x, dtype: str | None = None) -> Expr:
-    if isinstance(x, Expr):
-        return x
-    return const(x, dtype)
+    return x if isinstance(x, Expr) else const(x, dtype)
 
 
 _CMP = {"<", "<=", ">", ">=", "==", "!="}
@@ -308,9 +304,5 @@ def cast(a, dtype: str) -> Expr:
 
 
 def seq(*stmts) -> Stmt:
-    flat = []
-    for s in stmts:
-        if s is None:
-            continue
-        flat.extend(s.stmts if isinstance(s, Seq) else [s])
+    flat = [x for s in stmts if s is not None for x in (s.stmts if isinstance(s, Seq) else [s])]
     return flat[0] if len(flat) == 1 else Seq(flat)

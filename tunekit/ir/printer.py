@@ -44,7 +44,7 @@ class Printer:
             return self.name(e)
         if isinstance(e, n.Const):
             if e.dtype == "bool":
-                return "True" if e.value else "False"
+                return repr(bool(e.value))
             return repr(int(e.value)) if e.dtype.startswith(("int", "uint")) else repr(float(e.value))
         if isinstance(e, n.BinOp):
             if e.op in ("min", "max"):
@@ -83,10 +83,8 @@ class Printer:
             out.append(f"{pad}{self.name(s.buffer)}[{self.expr(s.index)}] = {self.expr(s.value)}")
         elif isinstance(s, n.Allocate):
             b = s.buffer
-            if self.python:
-                out.append(f"{pad}{self.name(b)} = [0] * {b.size}")
-            else:
-                out.append(f"{pad}{self.name(b)} = alloc({b.dtype}, {list(b.shape)}, scope={b.scope!r})")
+            out.append(f"{pad}{self.name(b)} = " + (f"[0] * {b.size}" if self.python else
+                                                    f"alloc({b.dtype}, {list(b.shape)}, scope={b.scope!r})"))
             self.stmt(s.body, ind, out)
         elif isinstance(s, n.IfThenElse):
             out.append(f"{pad}if {self.expr(s.cond)}:")

@@ -1,28 +1,24 @@
 """Generic traversal of the loop IR: `Visitor` walks, `Mutator` rebuilds."""
 from __future__ import annotations
 
+import functools
 from dataclasses import fields, replace
 
-from .nodes import BinOp, Buffer, Const, Expr, Seq, Stmt, Var, binop
+from .nodes import BinOp, Buffer, Const, Expr, Select, Stmt, Var, binop, select
 
 _NODE = (Expr, Stmt)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _field_names(node) -> tuple[str, ...]:
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
     # dataclasses.fields() is slow and lowering walks many nodes: cache per class
-    names = _FIELDS.get(type(node))
-    if names is None:
-        names = _FIELDS[type(node)] = tuple(f.name for f in fields(node))
-    return names
+    return tuple(f.name for f in fields(cls))
 
 
 def children(node) -> list:
     """Return the direct Expr/Stmt children of `node`, in field order."""
     out = []
-    for name in _field_names(node):
+    for name in _field_names(type(node)):
         v = getattr(node, name)
         if isinstance(v, _NODE):
             out.append(v)
@@ -34,10 +30,9 @@ def children(node) -> list:
 def _method(cls, node_type):
     # lowering visits ~10^5 nodes per program: look each (visitor class, node class)
     # pair up once, in a table kept on the visitor class itself
-    table = cls.__dict__.get("_dispatch")
-    if table is None:
-        table = {}
-        cls._dispatch = table
+    if "_dispatch" not in cls.__dict__:
+        cls._dispatch = {}
+    table = cls._dispatch
     fn = table.get(node_type)
     if fn is None:
         fn = next((getattr(cls, f"visit_{c.__name__}") for c in node_type.__mro__
@@ -81,7 +76,7 @@ class Mutator:
         if t is Var or t is Const:
             return node
         changes = {}
-        for name in _field_names(node):
+        for name in _field_names(type(node)):
             v = getattr(node, name)
             if isinstance(v, _NODE):
                 nv = self.visit(v)
@@ -91,19 +86,14 @@ class Mutator:
                 nv = [self.visit(x) if isinstance(x, _NODE) else x for x in v]
                 if any(a is not b for a, b in zip(nv, v)):
                     changes[name] = type(v)(nv)
-        if not changes:
-            return node
-        if isinstance(node, Seq):
-            return Seq(changes["stmts"])
-        return _rebuild(node, changes)
+        return _rebuild(node, changes) if changes else node
 
 
 def _rebuild(node, changes):
-    from . import nodes as n
-    if isinstance(node, n.BinOp):
-        return n.binop(node.op, changes.get("a", node.a), changes.get("b", node.b))
-    if isinstance(node, n.Select):
-        return n.select(changes.get("cond", node.cond), changes.get("t", node.t), changes.get("f", node.f))
+    if isinstance(node, BinOp):
+        return binop(node.op, changes.get("a", node.a), changes.get("b", node.b))
+    if isinstance(node, Select):
+        return select(changes.get("cond", node.cond), changes.get("t", node.t), changes.get("f", node.f))
     return replace(node, **changes)
 
 
@@ -129,10 +119,7 @@ class _BufferSubst(Mutator):
         b = self.mapping.get(node.buffer)
         return replace(node, buffer=b) if b is not None else node
 
-    def visit_Store(self, node):
-        node = self.generic_visit(node)
-        b = self.mapping.get(node.buffer)
-        return replace(node, buffer=b) if b is not None else node
+    visit_Store = visit_Load
 
 
 def replace_buffers(node, mapping: dict[Buffer, Buffer]):

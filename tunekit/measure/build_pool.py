@@ -73,18 +73,11 @@ class BuildPool:
         spec = ts.task.spec()
         futs = self._submit([(build, self.spec, spec, i) for i in indices])
         done, _ = wait(futs, timeout=self.timeout_s * -(-len(indices) // self.workers))
-        out: list[Outcome | None] = []
-        for f in futs:
-            if f not in done:
-                out.append(Outcome(error=BUILD_TIMEOUT, message=f"no build within {self.timeout_s:g} s"))
-            else:
-                out.append(f.result() if f.exception() is None else None)
+        out = [Outcome(error=BUILD_TIMEOUT, message=f"no build within {self.timeout_s:g} s") if f not in done
+               else f.result() if f.exception() is None else None for f in futs]
         if len(done) < len(futs) or None in out:
             self._kill()
-        for k, o in enumerate(out):
-            if o is None:
-                out[k] = self._build_alone(spec, indices[k])
-        return out
+        return [self._build_alone(spec, i) if o is None else o for i, o in zip(indices, out)]
 
     def _build_alone(self, spec, index: int) -> Outcome:
         (fut,) = self._submit([(build, self.spec, spec, index)])

@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import threading
 import time
+from contextlib import suppress
 
 from tunekit.measure.spawn import init_worker, main_not_reimported, make_target, spawning
 from tunekit.plugin.registry import task_of
@@ -98,10 +99,8 @@ class IsolatedProcess:
             self._closed = True
             proc, conn = self._proc, self._conn
             if conn is not None:
-                try:
+                with suppress(OSError):
                     conn.send(None)
-                except OSError:
-                    pass
         if proc is not None:
             proc.join(2)
             self.kill()

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import numpy as np
 
@@ -58,10 +58,8 @@ def init_worker(max_bytes: int | None, modules: dict[str, str], parent: int) -> 
         if not p.pm.has_plugin(name):
             p.register(importlib.import_module(module), name)
     if max_bytes:
-        try:
+        with suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
-        except (ValueError, OSError):
-            pass
 
 
 def _watch_parent(parent: int, every_s: float = 0.25) -> None:

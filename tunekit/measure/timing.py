@@ -103,11 +103,7 @@ def mismatch(outs, ref, rtol: float, atol) -> str:
     """Why `outs` fail the check against the reference outputs `ref` (integers exactly, floats within
     rtol and atol, atol an array where the op bounds each output's error), or "" when they pass."""
     for k, (o, r) in enumerate(zip(outs, ref)):
-        if o.dtype.kind in "iub":
-            ok = np.array_equal(o, r)
-        else:
-            ok = np.allclose(o, r, rtol=rtol, atol=atol)
-        if not ok:
+        if not (np.array_equal(o, r) if o.dtype.kind in "iub" else np.allclose(o, r, rtol=rtol, atol=atol)):
             diff = np.abs(o.astype(np.float64) - r)
             n_bad = int(np.sum(~(diff <= atol + rtol * np.abs(r))))
             return (f"output {k}: {n_bad} of {o.size} elements differ from the reference "

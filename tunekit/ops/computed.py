@@ -247,8 +247,7 @@ def count(tensors) -> tuple[int, int]:
         if isinstance(op.body, Reduce):
             r = math.prod(a.extent for a in op.body.axes)
             longest = max(longest, r)
-            float_combiner = op.body.dtype.startswith("float")
-            flops += space * r * (_arith(op.body.source) + float_combiner)
+            flops += space * r * (_arith(op.body.source) + op.body.dtype.startswith("float"))   # the combiner's
         else:
             flops += space * _arith(op.body)
     return flops, longest

@@ -94,13 +94,8 @@ class Op:
     def random_inputs(self, args: dict, rng: np.random.Generator) -> list[np.ndarray]:
         """Fresh random inputs (uniform in [-1, 1) for floats)."""
         tensors = self.compute(**args)
-        out = []
-        for t in tensors[: len(tensors) - self.num_outputs]:
-            if t.dtype.startswith("float"):
-                out.append(rng.uniform(-1, 1, t.shape).astype(t.dtype))
-            else:
-                out.append(rng.integers(-8, 8, t.shape).astype(t.dtype))
-        return out
+        return [(rng.uniform(-1, 1, t.shape) if t.dtype.startswith("float") else rng.integers(-8, 8, t.shape))
+                .astype(t.dtype) for t in tensors[: len(tensors) - self.num_outputs]]
 
     def output_shapes(self, args: dict) -> list[tuple[tuple, str]]:
         tensors = self.compute(**args)
@@ -159,9 +154,7 @@ class Template:
 
     def bound(self, op: Op) -> Template:
         """This template for `op`: itself, or a generic template's copy whose `fn` takes the op's args."""
-        if self.op != ANY_OP:
-            return self
-        return replace(self, op=op.name, fn=functools.partial(self.fn, op))
+        return self if self.op != ANY_OP else replace(self, op=op.name, fn=functools.partial(self.fn, op))
 
     def serves(self, target, args: dict | None = None) -> bool:
         """Whether this template can schedule the op on `target` (with `args`: also its epilogue)."""

@@ -153,7 +153,6 @@ class Registry:
             raise UnknownComponent(f"unknown workload {name!r} (installed: {', '.join(sorted(self.workloads))})")
         return self.workloads[name].obj
 
-
     def templates_of(self, op: str) -> list[Template]:
         """The templates contributed for op `op`, the generic ones (`ANY_OP`) included."""
         return [t for t in self.templates if t.op in (op, ANY_OP)]

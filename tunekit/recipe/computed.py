@@ -35,11 +35,9 @@ def computed_task(compute: str | dict, name: str | None, outputs: int | None, ar
                           "module beside the recipe", compute)]) from None
         except AttributeError:
             raise error([(("compute",), f"module {module!r} has no attribute {attr!r}", compute)]) from None
-    try:
-        if isinstance(compute, str):
-            op = ComputedOp(fn, name, outputs or 1)
-        else:   # a computed Task given to tunekit.tune, as data
-            op = ComputedOp.from_data(compute, name, outputs or 1)
+    try:   # a dict: a computed Task given to tunekit.tune, as data
+        op = ComputedOp(fn, name, outputs or 1) if isinstance(compute, str) else ComputedOp.from_data(
+            compute, name, outputs or 1)
     except ArgumentError as e:
         raise error([(("name",), str(e), name)]) from None
     reg = registry()

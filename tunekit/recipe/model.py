@@ -376,7 +376,5 @@ def load_recipe(path: str | Path) -> Recipe:
         raise RecipeError(f"{path}: cannot read: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise RecipeError(f"{path}: cannot read: {e.strerror or e}") from None
-    data = _parse(path, text)
-    if data is None:
-        data = {}  # an empty YAML file
-    return Recipe.from_dict(data, source=str(path), base=str(path.parent))
+    data = _parse(path, text)   # None: an empty YAML file
+    return Recipe.from_dict({} if data is None else data, source=str(path), base=str(path.parent))

@@ -23,10 +23,7 @@ def tune(tasks, target="x86", model="random", explorer="random", *, trials: int 
         one TaskState per task (best trial, trials done, tuner and measuring time).
     """
     tuning = dict(sections.pop("tuning", {}))
-    if trials is not None:
-        tuning["trials"] = trials
-    if seed is not None:
-        tuning["seed"] = seed
+    tuning.update({k: v for k, v in (("trials", trials), ("seed", seed)) if v is not None})
     db = dict(database) if isinstance(database, dict) else {} if database is None else {"path": database}
     db = {k: v for k, v in db.items() if v is not None}
     recipe = Recipe.from_dict({"tasks": list(tasks), "target": target, "model": model, "explorer": explorer,

@@ -3,11 +3,13 @@ optional JSONL log, one trial a line. Each trial is committed as it is measured,
 so a killed run loses nothing and resumes without re-measuring."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import quote
@@ -120,12 +122,18 @@ class Database:
         cols = {r[1] for r in self._rows("PRAGMA table_info(trials)")}
         return ", ".join(c if c in cols else "NULL" for c in ("space", "code"))
 
-    def _rows(self, sql: str, params=()) -> list[tuple]:
-        """Run a query; a corrupted file is a StorageError naming it, not a traceback."""
+    @contextmanager
+    def _sqlite(self):
+        """SQLite errors inside as StorageErrors naming the file (a corrupted one is no traceback)."""
         try:
-            return self.conn.execute(sql, params).fetchall()
+            yield
         except sqlite3.DatabaseError as e:
             raise storage_error(self.path, e) from None
+
+    def _rows(self, sql: str, params=()) -> list[tuple]:
+        """Run a query."""
+        with self._sqlite():
+            return self.conn.execute(sql, params).fetchall()
 
     def add(self, run: str, ts, trial: Trial, model: str = "", explorer: str = "") -> int:
         """Record one trial of task space `ts` (proposed by `model` + `explorer`) and commit it;
@@ -141,10 +149,8 @@ class Database:
                    version=__version__)
         computation = task.spec().computation
         if computation is not None:   # its op is in no registry: keep what rebuilds it (committed with the trial)
-            try:
+            with self._sqlite():
                 self.conn.execute("INSERT OR IGNORE INTO computations VALUES (?, ?)", (task.key, computation))
-            except sqlite3.DatabaseError as e:
-                raise storage_error(self.path, e) from None
         rid = self.insert(row)
         if self.log:
             try:
@@ -159,15 +165,13 @@ class Database:
     def insert(self, row: dict) -> int:
         """Insert one row of table `trials` (column -> value), commit it, return its id; the claims this
         process holds are refreshed with it (they are alive)."""
-        try:
+        with self._sqlite():
             self.conn.execute("UPDATE claims SET timestamp=? WHERE host=? AND pid=?",
                               (time.time(), socket.gethostname(), os.getpid()))
             cur = self.conn.execute(f"INSERT INTO trials ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                                     list(row.values()))
             self.conn.commit()
             return cur.lastrowid
-        except sqlite3.DatabaseError as e:
-            raise storage_error(self.path, e) from None
 
     def trials(self, key: TaskKey) -> list[Trial]:
         """Trials of a task, oldest first."""
@@ -184,11 +188,8 @@ class Database:
     def rekey(self, row: int, index: int, space: str) -> None:
         """Record that trial `row` is config `index` of the space whose fingerprint is `space`
         (its config, read against a changed template's space)."""
-        try:
-            with self.conn:
-                self.conn.execute("UPDATE trials SET config_index=?, space=? WHERE id=?", (str(index), space, row))
-        except sqlite3.DatabaseError as e:
-            raise storage_error(self.path, e) from None
+        with self._sqlite(), self.conn:
+            self.conn.execute("UPDATE trials SET config_index=?, space=? WHERE id=?", (str(index), space, row))
 
     def claim(self, key: TaskKey, run: str, indices: list[int], budget: int, run_budget: int, space: str,
               code: str) -> tuple[list[int], list[int]]:
@@ -204,34 +205,31 @@ class Database:
         unmeasured = ("NOT EXISTS (SELECT 1 FROM trials t WHERE t.workload=c.workload AND t.target=c.target AND "
                       "t.device=c.device AND t.template=c.template AND t.config_index=c.config_index AND "
                       "t.space=c.space AND t.code=c.code)")
-        try:
-            with self.conn:   # one IMMEDIATE transaction: two processes never both take a config
-                self.conn.execute("BEGIN IMMEDIATE")
-                for (pid,) in self.conn.execute("SELECT DISTINCT pid FROM claims WHERE host=?", (host,)).fetchall():
-                    if pid != me and not _alive(pid):
-                        self.conn.execute("DELETE FROM claims WHERE host=? AND pid=?", (host, pid))
-                self.conn.execute("DELETE FROM claims WHERE timestamp<?", (now - CLAIM_TTL_S,))
-                self.conn.execute(f"DELETE FROM claims WHERE {where} AND pid=? AND host=?", (*task, me, host))
-                one = lambda sql, *p: self.conn.execute(sql, p).fetchone()[0]
-                left = min(budget - one(f"SELECT COUNT(*) FROM trials WHERE {where} AND run=?", *task, run)
-                           - one(f"SELECT COUNT(*) FROM claims c WHERE {where} AND run=? AND {unmeasured}", *task, run),
-                           run_budget - one("SELECT COUNT(*) FROM trials WHERE run=?", run)
-                           - one(f"SELECT COUNT(*) FROM claims c WHERE run=? AND {unmeasured}", run))
-                got, taken = [], []
-                for i in indices:
-                    if len(got) >= left:
-                        break
-                    measured = one(f"SELECT COUNT(*) FROM trials WHERE {where} AND config_index=? AND space=? "
-                                   "AND code=?", *task, str(i), space, code)
-                    if not measured and self.conn.execute(
-                            "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            (*task, space, code, str(i), run, host, me, now)).rowcount == 1:
-                        got.append(i)
-                    else:
-                        taken.append(i)
-            return got, taken
-        except sqlite3.DatabaseError as e:
-            raise storage_error(self.path, e) from None
+        with self._sqlite(), self.conn:   # one IMMEDIATE transaction: two processes never both take a config
+            self.conn.execute("BEGIN IMMEDIATE")
+            for (pid,) in self.conn.execute("SELECT DISTINCT pid FROM claims WHERE host=?", (host,)).fetchall():
+                if pid != me and not _alive(pid):
+                    self.conn.execute("DELETE FROM claims WHERE host=? AND pid=?", (host, pid))
+            self.conn.execute("DELETE FROM claims WHERE timestamp<?", (now - CLAIM_TTL_S,))
+            self.conn.execute(f"DELETE FROM claims WHERE {where} AND pid=? AND host=?", (*task, me, host))
+            one = lambda sql, *p: self.conn.execute(sql, p).fetchone()[0]
+            left = min(budget - one(f"SELECT COUNT(*) FROM trials WHERE {where} AND run=?", *task, run)
+                       - one(f"SELECT COUNT(*) FROM claims c WHERE {where} AND run=? AND {unmeasured}", *task, run),
+                       run_budget - one("SELECT COUNT(*) FROM trials WHERE run=?", run)
+                       - one(f"SELECT COUNT(*) FROM claims c WHERE run=? AND {unmeasured}", run))
+            got, taken = [], []
+            for i in indices:
+                if len(got) >= left:
+                    break
+                measured = one(f"SELECT COUNT(*) FROM trials WHERE {where} AND config_index=? AND space=? "
+                               "AND code=?", *task, str(i), space, code)
+                if not measured and self.conn.execute(
+                        "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (*task, space, code, str(i), run, host, me, now)).rowcount == 1:
+                    got.append(i)
+                else:
+                    taken.append(i)
+        return got, taken
 
     def history(self, target: str, device: str, exclude: set[str], limit: int = 20000) -> list[tuple]:
         """Recent trials of other workloads on this target and device, for transfer:
@@ -239,16 +237,10 @@ class Database:
         (computation: what rebuilds a computed op, `TaskSpec.computation`; else None)."""
         q = ("SELECT op, args, template, workload, config_index, config, costs, error, message, build_s, run_s, "
              f"timestamp, {self._space} FROM trials WHERE target=? AND device=? ORDER BY id DESC")
-        out = []
-        for r in self._rows(q, (target, device)):
-            if r[3] in exclude:
-                continue
-            out.append((r[0], json.loads(r[1]), r[2], Trial(int(r[4]), json.loads(r[5]), json.loads(r[6]), r[7],
-                                                            r[8] or "", r[9] or 0.0, r[10] or 0.0, r[11],
-                                                            r[12] or "", r[13] or ""), self.computation(r[3])))
-            if len(out) >= limit:
-                break
-        return out
+        rows = (r for r in self._rows(q, (target, device)) if r[3] not in exclude)
+        return [(r[0], json.loads(r[1]), r[2], Trial(int(r[4]), json.loads(r[5]), json.loads(r[6]), r[7], r[8] or "",
+                                                     r[9] or 0.0, r[10] or 0.0, r[11], r[12] or "", r[13] or ""),
+                 self.computation(r[3])) for r in itertools.islice(rows, limit)]
 
     def computation(self, workload: str) -> str | None:
         """Return what rebuilds the computed op of `workload` (`TaskSpec.computation`), or None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from contextlib import closing
 from urllib.parse import quote
 
 from tunekit.errors import StorageError
@@ -50,8 +51,7 @@ def import_log(log: str, dest: str) -> tuple[int, int, int]:
         lines = open(log, encoding="utf-8", errors="replace").read().splitlines()
     except OSError as e:
         raise StorageError(f"{log}: cannot read the log: {e.strerror or e}") from None
-    db = Database(dest)
-    try:
+    with closing(Database(dest)) as db:
         known, added, dup, bad = _known(db), 0, 0, 0
         for line in lines:
             if not line.strip():
@@ -71,8 +71,6 @@ def import_log(log: str, dest: str) -> tuple[int, int, int]:
             db.insert(row)
             known.add(ident)
             added += 1
-    finally:
-        db.close()
     return added, dup, bad
 
 
@@ -91,9 +89,8 @@ def recover(src: str, dest: str) -> tuple[int, int]:
     except sqlite3.DatabaseError as e:
         raise StorageError(f"{src}: nothing can be read from it ({e}); rebuild from a JSONL log with "
                            "`tunekit db import LOG NEW.db` if the run kept one") from None
-    db = _fresh(dest)
     got = lost = 0
-    try:
+    with closing(conn), closing(_fresh(dest)) as db:
         stack = [(lo, hi)] if lo is not None else []
         while stack:   # read id ranges; halve a range that fails until single unreadable rows are left
             a, b = stack.pop()
@@ -110,7 +107,4 @@ def recover(src: str, dest: str) -> tuple[int, int]:
             for r in rows:
                 db.insert(dict(zip(COLUMNS, r)))
             got += len(rows)
-    finally:
-        conn.close()
-        db.close()
     return got, lost

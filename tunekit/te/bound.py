@@ -52,10 +52,7 @@ def affine(e: ir.Expr, fixed: set | None = None) -> dict | None:
                 return None
             return {k: v * b[None] for k, v in a.items()}
         sign = 1 if e.op == "+" else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return out
+        return {k: a.get(k, 0) + sign * b.get(k, 0) for k in {**a, **b}}
     return None
 
 
@@ -94,15 +91,20 @@ def access_range(index: ir.Expr, varying: dict, fixed: set) -> tuple[dict, int] 
 
 def max_value(form: dict, extents: dict) -> int | None:
     """Largest value of an affine form over vars in [0, extent); None if unknown."""
-    hi = form.get(None, 0)
+    return _extreme(form, extents, max)
+
+
+def _extreme(form: dict, extents: dict, pick) -> int | None:
+    """The `pick` (min or max) value of an affine form over vars in [0, extent); None if unknown."""
+    out = form.get(None, 0)
     for v, c in form.items():
         if v is None:
             continue
-        top = _interval(v.expr, extents) if isinstance(v, Term) else (0, extents[v] - 1) if v in extents else None
-        if top is None:
+        rng = _interval(v.expr, extents) if isinstance(v, Term) else (0, extents[v] - 1) if v in extents else None
+        if rng is None:
             return None
-        hi += max(c * top[0], c * top[1])
-    return hi
+        out += pick(c * rng[0], c * rng[1])
+    return out
 
 
 def _interval(e: ir.Expr, extents: dict) -> tuple[int, int] | None:
@@ -159,19 +161,7 @@ class _DivMod(ir.Mutator):
         q = {k: v // c for k, v in form.items() if k is not None and v % c == 0}
         r = {k: v for k, v in form.items() if k is not None and v % c != 0}
         q[None], r[None] = const // c, const % c
-        lo, hi = _min_value(r, self.extents), max_value(r, self.extents)
+        lo, hi = _extreme(r, self.extents, min), max_value(r, self.extents)
         if lo is None or hi is None or lo < 0 or hi >= c:
             return node
         return to_expr(q) if node.op == "//" else to_expr(r)
-
-
-def _min_value(form: dict, extents: dict) -> int | None:
-    lo = form.get(None, 0)
-    for v, c in form.items():
-        if v is None:
-            continue
-        rng = _interval(v.expr, extents) if isinstance(v, Term) else (0, extents[v] - 1) if v in extents else None
-        if rng is None:
-            return None
-        lo += min(c * rng[0], c * rng[1])
-    return lo

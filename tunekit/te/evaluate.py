@@ -33,9 +33,7 @@ _REDUCE: dict[str, Callable[..., np.ndarray]] = {"sum": np.sum, "max": np.max}
 
 def _work_dtype(dtype: str):
     """What values of `dtype` are computed in: float64, int64 or bool."""
-    if dtype == "bool":
-        return np.bool_
-    return np.float64 if dtype.startswith("float") else np.int64
+    return np.bool_ if dtype == "bool" else np.float64 if dtype.startswith("float") else np.int64
 
 
 def evaluate(tensors, inputs) -> list[np.ndarray]:

@@ -41,14 +41,11 @@ class _Lowering:
         self.root_min: dict[Stage, list[dict]] = {}
         self.root_ext: dict[Stage, list[int]] = {}
         self.guards: dict[Stage, list[ir.Expr]] = {}
-        self.bodies = {s: self._expand_inline(s.op.body) for s in self.stages}
+        self.bodies = {s: inline(s.op.body, self.inline) for s in self.stages}
         for s in reversed(self.stages):
             self._infer(s)
 
     # -- analysis -------------------------------------------------------------
-    def _expand_inline(self, expr):
-        return _Inline(self.inline).visit(expr)
-
     def _fixed_vars(self, stage: Stage, iv) -> list:
         """Loop vars bound outside and at `iv` of `stage` (including its own parents)."""
         out = stage.leaf[:stage.leaf.index(iv) + 1]
@@ -57,12 +54,8 @@ class _Lowering:
         return out
 
     def _root_values(self, q: Stage) -> dict:
-        vals = {}
-        for a, mn, v in zip(q.op.axis, self.root_min[q], [self.values[q][a] for a in q.op.axis]):
-            vals[a] = bound.to_expr(mn) + v
-        for a in q.op.reduce_axis:
-            vals[a] = self.values[q][a]
-        return vals
+        return {**{a: bound.to_expr(mn) + self.values[q][a] for a, mn in zip(q.op.axis, self.root_min[q])},
+                **{a: self.values[q][a] for a in q.op.reduce_axis}}
 
     def _region(self, s: Stage):
         parent, iv = s.attach
@@ -72,11 +65,10 @@ class _Lowering:
         t = s.op.output
         accesses = []
         for q in self.stages:
-            if q is s or t not in _tensors_read(self.bodies[q]):
-                continue
-            vals = self._root_values(q)
-            for load in _loads_of(self.bodies[q], t):
-                accesses.append([bound.simplify(ir.substitute(i, vals), self.ext) for i in load.indices])
+            loads = [] if q is s else _loads_of(self.bodies[q], t)
+            if loads:   # a reader of t (inferred already: readers come later)
+                vals = self._root_values(q)
+                accesses += [[bound.simplify(ir.substitute(i, vals), self.ext) for i in load.indices] for load in loads]
         mins, exts, guards = [], [], []
         for d, size in enumerate(t.shape):
             rng = [bound.access_range(a[d], {v: self.ext[v] for v in ir.free_vars(a[d]) if v not in fixed}, fixed)
@@ -276,12 +268,6 @@ class _Reads(ir.Visitor):
     def visit_TensorLoad(self, node):
         self.loads.append(node)
         self.generic_visit(node)
-
-
-def _tensors_read(expr) -> set:
-    v = _Reads()
-    v.visit(expr)
-    return {n.tensor for n in v.loads}
 
 
 def _loads_of(expr, t) -> list:

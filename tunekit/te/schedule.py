@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import ScheduleError
-from .tensor import REDUCE, SPATIAL, ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, compute
+from .tensor import REDUCE, SPATIAL, ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, _make, compute
 
 
 @dataclass(eq=False)
@@ -77,18 +77,15 @@ class Stage:
 
     def fuse(self, *ivs: IterVar) -> IterVar:
         """Fuse adjacent loops (outermost first) into one."""
-        if len(ivs) < 2:
-            return ivs[0]
         out = ivs[0]
         for iv in ivs[1:]:
             a, b = self._check_leaf(out), self._check_leaf(iv)
             if b != a + 1:
                 raise ScheduleError(f"{self.op.name}.fuse: {out.name} and {iv.name} are not adjacent, "
                                     "reorder them first")
-            kind = REDUCE if REDUCE in (out.kind, iv.kind) else SPATIAL
             if out.kind != iv.kind:
                 raise ScheduleError(f"{self.op.name}.fuse: cannot fuse a reduction loop with a spatial one")
-            f = IterVar(f"{out.name}.{iv.name}.f", ir.INDEX, out.extent * iv.extent, kind)
+            f = IterVar(f"{out.name}.{iv.name}.f", ir.INDEX, out.extent * iv.extent, out.kind)
             self.relations.append(Fuse(out, iv, f))
             self.leaf[a:b + 1] = [f]
             out = f
@@ -173,8 +170,7 @@ class Schedule:
         cache = compute(t.shape, lambda *i: t[i], name=f"{t.name}.{scope}")
         for r in readers:
             _replace_input(r.op, t, cache)
-        stage = self._add(Stage(cache.op, self), before=self[readers[0]])
-        stage.scope = scope
+        self._add(Stage(cache.op, self), before=self[readers[0]]).scope = scope
         return cache
 
     def cache_write(self, t: Tensor, scope: str) -> Tensor:
@@ -186,14 +182,11 @@ class Schedule:
             raise ScheduleError(f"cache_write({t.name}) must come before {t.name}'s stage is split or fused")
         new_axis = [IterVar(a.name, ir.INDEX, a.extent, SPATIAL) for a in op.axis]
         body = ir.substitute(op.body, dict(zip(op.axis, new_axis)))
-        cop = ComputeOp(f"{t.name}.{scope}", new_axis, body)
-        cache = Tensor(cop, t.shape, t.dtype, cop.name)
-        cop.output = cache
+        cache = _make(f"{t.name}.{scope}", new_axis, body)
         op.body = TensorLoad(cache, tuple(op.axis))
         op.reduce_axis = []
         stage.leaf = list(op.axis)
-        cstage = self._add(Stage(cop, self), before=stage)
-        cstage.scope = scope
+        self._add(Stage(cache.op, self), before=stage).scope = scope
         return cache
 
     def rfactor(self, t: Tensor, axis: IterVar, factor: int) -> Tensor:
@@ -219,15 +212,12 @@ class Schedule:
         others = {a: IterVar(a.name, ir.INDEX, a.extent, REDUCE) for a in body.axes if a is not axis}
         sub = {**dict(zip(op.axis, new_axis)), **others, axis: outer * factor + lane}
         src = ir.substitute(body.source, sub)
-        rop = ComputeOp(f"{t.name}.rf", [*new_axis, lane],
-                        Reduce(body.combiner, src, (outer, *others.values()), body.dtype))
-        rf = Tensor(rop, (*t.shape, factor), body.dtype, rop.name)
-        rop.output = rf
+        rf = _make(f"{t.name}.rf", [*new_axis, lane], Reduce(body.combiner, src, (outer, *others.values()), body.dtype))
         r = IterVar(f"{axis.name}.r", ir.INDEX, factor, REDUCE)
         op.body = Reduce(body.combiner, TensorLoad(rf, (*op.axis, r)), (r,), body.dtype)
         op.reduce_axis = [r]
         stage.leaf = [*op.axis, r]
-        self._add(Stage(rop, self), before=stage)
+        self._add(Stage(rf.op, self), before=stage)
         return rf
 
 

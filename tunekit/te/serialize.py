@@ -50,8 +50,7 @@ class _Encoder:
         elif isinstance(t.op, ComputeOp):
             for src in t.op.inputs:   # inputs first: from_data builds in list order
                 self.tensor(src)
-            op = t.op
-            entry.update(kind="compute", tag=op.tag, axes=[self.var(a) for a in op.axis], body=self.expr(op.body))
+            entry.update(kind="compute", tag=t.op.tag, axes=[self.var(a) for a in t.op.axis], body=self.expr(t.op.body))
         else:
             raise TunekitError(f"to_data: tensor {t.name!r} is made by a {type(t.op).__name__}, which is neither "
                                "a placeholder nor a compute")
@@ -94,8 +93,7 @@ class _Encoder:
         if isinstance(e, TensorLoad):
             return ["load", self.tensor(e.tensor), [self.expr(i) for i in e.indices]]
         if isinstance(e, Reduce):
-            axes = [self.var(a) for a in e.axes]
-            return ["reduce", e.combiner, self.expr(e.source), axes, e.dtype]
+            return ["reduce", e.combiner, self.expr(e.source), [self.var(a) for a in e.axes], e.dtype]
         raise TunekitError(f"to_data: a {type(e).__name__} node ({e!r}) cannot appear in a tensor expression")
 
 

@@ -12,6 +12,7 @@ or has none. A reduction inside another, or a reduction axis used outside it, is
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -198,7 +199,4 @@ fma = _intrinsic("fma", 3)
 
 
 def all_(*conds) -> ir.Expr:
-    out = ir.const(True)
-    for c in conds:
-        out = ir.and_(out, c)
-    return out
+    return functools.reduce(ir.and_, conds, ir.const(True))

@@ -24,6 +24,7 @@ from pydantic import Field
 from tunekit import ir, te
 from tunekit.component import Options as _Options
 from tunekit.errors import BuildError
+from tunekit.features import _dtype_bytes
 from tunekit.hookspecs import hookimpl
 from tunekit.ir import interp
 from tunekit.ops.matmul import compute as matmul_compute
@@ -110,8 +111,7 @@ class NullTarget(Target):
         noise = self.options.noise
         if noise <= 0:
             return [cost] * settings.repeat
-        seed = int.from_bytes(hashlib.sha256(artifact.entry.encode()).digest()[:8], "little")
-        rng = random.Random(seed)
+        rng = random.Random(int.from_bytes(hashlib.sha256(artifact.entry.encode()).digest()[:8], "little"))
         return [cost * (1.0 + noise * rng.uniform(-1.0, 1.0)) for _ in range(settings.repeat)]
 
     def simulated_cost(self, program: ir.Program) -> float:
@@ -164,11 +164,6 @@ class _Loads(ir.Visitor):
         self.generic_visit(node)
 
 
-def _dtype_bytes(dtype: str) -> int:
-    digits = "".join(c for c in dtype if c.isdigit())
-    return max(1, int(digits or 32) // 8)
-
-
 class _Simulator:
     """Adds up the simulated cycles of a loop nest, one Store at a time."""
 
@@ -206,9 +201,7 @@ class _Simulator:
             self.cycles += _FORK_CYCLES * entries
         if lp.kind == ir.UNROLLED:
             return
-        iters = lp.extent
-        if lp.kind == ir.VECTORIZED:
-            iters = math.ceil(lp.extent / max(1, self.vector_bits // 32))
+        iters = math.ceil(lp.extent / max(1, self.vector_bits // 32)) if lp.kind == ir.VECTORIZED else lp.extent
         self.cycles += _LOOP_CYCLES * entries * iters / speedup
 
     def _store(self, s: ir.Store, loops: list[ir.For]) -> None:

@@ -89,9 +89,7 @@ def _refusal(i, ts, seen: set, full: bool) -> str:
         return "already measured"
     if full:
         return "beyond n"
-    if not ts.space.valid(i):
-        return "invalid (constrained out)"
-    return ""
+    return "" if ts.space.valid(i) else "invalid (constrained out)"
 
 
 class CheckedModel:

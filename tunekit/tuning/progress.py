@@ -62,11 +62,9 @@ class TuneProgress:
 def labels(states, width: int | None = None) -> list[str]:
     """Each state's task name (cut to `width`), and its template where the task is tuned on several."""
     counts = Counter(st.key.workload for st in states)
-    out = []
-    for st in states:
-        tail = f" [{st.ts.template.name}]" if counts[st.key.workload] > 1 else ""
-        out.append((st.ts.task.name[: width - len(tail)] if width else st.ts.task.name) + tail)
-    return out
+    tails = [f" [{st.ts.template.name}]" if counts[st.key.workload] > 1 else "" for st in states]
+    return [(st.ts.task.name[: width - len(tail)] if width else st.ts.task.name) + tail
+            for st, tail in zip(states, tails)]
 
 
 def summary_table(states) -> Group:

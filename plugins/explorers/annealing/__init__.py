@@ -45,9 +45,7 @@ class AnnealingExplorer(tunekit.Explorer):
         self._best: dict[int, float] = {}   # measured index -> cost
 
     def observe(self, trials) -> None:
-        for t in trials:
-            if t.ok:
-                self._best[t.index] = t.cost
+        self._best.update((t.index, t.cost) for t in trials if t.ok)
 
     def propose(self, n: int) -> list[int]:
         if n <= 0:

@@ -40,8 +40,7 @@ class GeneticExplorer(tunekit.Explorer):
         self._cost: dict[int, float] = {}     # measured index -> cost (inf when it failed)
 
     def observe(self, trials) -> None:
-        for t in trials:
-            self._cost[t.index] = t.cost
+        self._cost.update((t.index, t.cost) for t in trials)
 
     def _fitness(self, members: list[int], score: Scorer) -> np.ndarray:
         costs = self._cost

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import tunekit
 
-# Spaces up to this size are enumerated once and shuffled, so that the explorer
-# can exhaust them; larger ones are sampled (a repeat is then very unlikely).
-_ENUMERATE_BELOW = 1 << 16
+from ..common import ENUMERATE_BELOW
 
 
 class RandomExplorer(tunekit.Explorer):
@@ -19,7 +17,7 @@ class RandomExplorer(tunekit.Explorer):
     def start(self, space, model, rng) -> None:
         super().start(space, model, rng)
         self._order = None
-        if space.size <= _ENUMERATE_BELOW:
+        if space.size <= ENUMERATE_BELOW:   # shuffled once; larger spaces are sampled (repeats: very unlikely)
             self._order = [i for i in range(space.size) if space.space.valid(i)]
             rng.shuffle(self._order)
         self._proposed: set[int] = set()

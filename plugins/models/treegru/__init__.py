@@ -105,18 +105,14 @@ class TreeGRUModel(tunekit.CostModel):
             lr = o.learning_rate * np.sqrt(1 - b2 ** step) / (1 - b1 ** step)
             for k, v in net.p.items():
                 m1, m2 = adam[k]
-                m1 *= b1
-                m1 += (1 - b1) * g[k]
-                m2 *= b2
-                m2 += (1 - b2) * g[k] * g[k]
+                m1[...] = b1 * m1 + (1 - b1) * g[k]
+                m2[...] = b2 * m2 + (1 - b2) * g[k] * g[k]
                 v -= lr * m1 / (np.sqrt(m2) + eps)
         return net
 
     @staticmethod
     def _score(net: TreeGRU | None, trees: list[Tree]) -> np.ndarray:
-        if net is None:
-            return np.zeros(len(trees))
-        return net.forward(Batch(trees, net.p["Wx"].shape[0]))
+        return np.zeros(len(trees)) if net is None else net.forward(Batch(trees, net.p["Wx"].shape[0]))
 
     def fit(self, trials) -> None:
         """Train the local TreeGRU on all trials of the task (failed ones have throughput 0);
@@ -147,11 +143,7 @@ class TreeGRUModel(tunekit.CostModel):
         if not candidates or (self._global is None and self._local is None):
             return np.zeros(len(candidates))
         trees = [tree_of(c) for c in candidates]
-        out = np.zeros(len(trees))
-        for net in (self._global, self._local):
-            if net is not None:
-                out += self._score(net, trees)
-        return out
+        return self._score(self._global, trees) + self._score(self._local, trees)
 
     # -- persistence
     def save(self, path: str) -> None:

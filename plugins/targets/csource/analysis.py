@@ -4,6 +4,8 @@ coefficient of one loop variable (contiguous vector accesses), and divisibility
 (aligned vector accesses)."""
 from __future__ import annotations
 
+import math
+
 from tunekit import ir
 
 
@@ -73,13 +75,8 @@ def divisible(e: ir.Expr, n: int) -> bool:
     if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
         return divisible(e.a, n) and divisible(e.b, n)
     if isinstance(e, ir.BinOp) and e.op == "*":
-        for x, y in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(y, ir.Const) and int(y.value) % n == 0:
+        for x, y in ((e.a, e.b), (e.b, e.a)):   # c * x is a multiple of n when x is one of n / gcd(c, n)
+            if isinstance(y, ir.Const) and int(y.value) != 0 and divisible(x, n // math.gcd(int(y.value), n)):
                 return True
-            if isinstance(y, ir.Const) and int(y.value) != 0:
-                from math import gcd
-                g = gcd(int(y.value), n)
-                if divisible(x, n // g):
-                    return True
         return divisible(e.a, n) or divisible(e.b, n)
     return False

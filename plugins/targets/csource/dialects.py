@@ -150,12 +150,8 @@ class OpenCL(Dialect):
         return "NAN"
 
     def extensions(self, dtypes):
-        out = []
-        if "float64" in dtypes:
-            out.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-        if "float16" in dtypes:
-            out.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
-        return out
+        return [f"#pragma OPENCL EXTENSION cl_khr_{ext} : enable"
+                for dtype, ext in (("float64", "fp64"), ("float16", "fp16")) if dtype in dtypes]
 
 
 DIALECTS = {"cuda": Cuda(), "opencl": OpenCL()}

@@ -12,21 +12,8 @@ _ARITH = {"+", "-", "*", "/"}
 _CMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!=", "and": "&&", "or": "||"}
 
 
-class _Found(Exception):
-    pass
-
-
 def _contains(node, pred) -> bool:
-    class V(ir.Visitor):
-        def generic_visit(self, n):
-            if pred(n):
-                raise _Found
-            super().generic_visit(n)
-    try:
-        V().visit(node)
-    except _Found:
-        return True
-    return False
+    return pred(node) or any(_contains(c, pred) for c in ir.children(node))
 
 
 def _loads(e: ir.Expr, hoistable_only: bool = False) -> list[ir.Load]:
@@ -78,7 +65,7 @@ def vector_registers(stmt: ir.Stmt, widths: tuple) -> dict:
             else:
                 width[buf] = n
 
-    def walk(s, vec):
+    def walk(s):
         if isinstance(s, ir.For) and s.kind == ir.VECTORIZED and isinstance(s.body, ir.Store) \
                 and s.extent in widths:
             v, n = s.var, s.extent
@@ -94,8 +81,8 @@ def vector_registers(stmt: ir.Stmt, widths: tuple) -> dict:
         for ld in (_loads(s) if isinstance(s, ir.Expr) else []):
             note(ld.buffer, None)
         for c in ir.children(s):
-            walk(c, vec)
-    walk(stmt, None)
+            walk(c)
+    walk(stmt)
     return {b: n for b, n in width.items() if b not in bad}
 
 
@@ -149,9 +136,7 @@ class KernelWriter:
         raise BuildError(f"{self.d.name}: cannot emit expression {type(e).__name__}")
 
     def _range(self, e):
-        r = dict(self.ranges)
-        r.update({v: (c, c) for v, c in self.fixed.items()})
-        return value_range(e, r)
+        return value_range(e, {**self.ranges, **{v: (c, c) for v, c in self.fixed.items()}})
 
     def binop(self, e: ir.BinOp) -> str:
         a, b, op = self.expr(e.a), self.expr(e.b), e.op
