@@ -64,8 +64,7 @@ def feature_matrix(candidates, kind: str = "knob", width: int | None = None) -> 
     width = max((len(v) for v in vectors), default=0) if width is None else width
     out = np.zeros((len(vectors), width), np.float32)
     for i, v in enumerate(vectors):
-        n = min(width, len(v))
-        out[i, :n] = v[:n]
+        out[i, :min(width, len(v))] = v[:width]
     return out
 
 

@@ -136,20 +136,16 @@ class Target(Component):
         Tasks whose arrays need more are refused before anything is measured. The
         default is the host's physical memory for CPU targets, None for others.
         """
-        if self.family == "cpu":
-            try:
-                return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            except (ValueError, OSError):
-                return None
-        return None
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if self.family == "cpu" else None
+        except (ValueError, OSError):
+            return None
 
     def check_task(self, task) -> str:
         """Return why this target cannot run `task` (dtype, memory), or "" when it can."""
-        dtype = task.args.get("dtype")
-        if dtype is not None and dtype not in self.dtypes:
+        if (dtype := task.args.get("dtype")) is not None and dtype not in self.dtypes:
             return f"dtype {dtype!r} is not supported by target {self.name!r} (supported: {', '.join(self.dtypes)})"
-        mem = self.memory_bytes()
-        need = task.op.buffer_bytes(task.args)
+        mem, need = self.memory_bytes(), task.op.buffer_bytes(task.args)
         if mem and need > mem:
             return (f"the arrays of {task.name} need {need / 2**30:.1f} GiB, more than the {mem / 2**30:.1f} GiB "
                     f"of memory of target {self.name!r}; use smaller sizes")

@@ -99,9 +99,7 @@ class Task:
     def variants(self, target) -> list[Task]:
         """This task once per template that serves it on `target` when it names none
         (each is tuned, and the fastest config of any is the task's), else itself."""
-        if self.template_name is not None:
-            return [self]
-        names = [t.name for t in self.serving(target)]
+        names = [t.name for t in self.serving(target)] if self.template_name is None else []
         if len(names) < 2:
             return [self]
         return [self._with(self.args, template=n, weight=self.weight, workload=self.workload) for n in names]
@@ -199,21 +197,18 @@ class TaskSpace:
 
     def program(self, index: int):
         """Lower config `index` to a loop-IR Program (cached)."""
-        p = self._programs.get(index)
-        if p is None:
+        if index not in self._programs:
             if len(self._programs) > 4096:
                 self._programs.clear()
             s, tensors = self.schedule(index)
-            p = self._programs[index] = te.lower(s, tensors, name=f"{self.task.op.name}_{index}")
-        return p
+            self._programs[index] = te.lower(s, tensors, name=f"{self.task.op.name}_{index}")
+        return self._programs[index]
 
     def features(self, index: int, kind: str = "knob") -> np.ndarray:
         """Feature vector of kind `kind` for config `index` (cached)."""
-        key = (index, kind)
-        f = self._features.get(key)
-        if f is None:
-            f = self._features[key] = extract(self, index, kind)
-        return f
+        if (index, kind) not in self._features:
+            self._features[index, kind] = extract(self, index, kind)
+        return self._features[index, kind]
 
     def prefetch(self, indices, kind: str) -> None:
         """Compute the feature vectors of `indices` not cached yet: through `extractor`
@@ -223,8 +218,7 @@ class TaskSpace:
         missing = [i for i in dict.fromkeys(indices) if (i, kind) not in self._features]
         if len(missing) < _PARALLEL_MIN:
             return
-        for i, f in zip(missing, self.extractor(self, missing, kind)):
-            self._features[(i, kind)] = f
+        self._features.update({(i, kind): f for i, f in zip(missing, self.extractor(self, missing, kind))})
 
     def candidates(self, indices) -> list[Candidate]:
         """Candidates for the cost model (features computed on demand)."""

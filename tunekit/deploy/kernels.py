@@ -93,15 +93,15 @@ class Kernel:
         return f"Kernel({self.task.name}, {how} config {self.config.index})"
 
 
-def current_trials(db: Database, ts, key: TaskKey) -> tuple[list, int]:
+def current_trials(db: Database, ts, key: TaskKey) -> list:
     """The trials of `key` as trials of task space `ts` today (re-indexed by their configs),
-    and how many were left out: records of an older version of the template whose configs
-    are not in its space now (said once, as a warning)."""
+    those left out (records of an older version of the template whose configs are not in its
+    space now) said once, as a warning."""
     trials = db.trials(key)
     now = [c for t in trials if (c := ts.current(t)) is not None]
     if len(now) < len(trials):
         warnings.warn(ts.stale_note(len(trials) - len(now)), stacklevel=3)
-    return now, len(trials) - len(now)
+    return now
 
 
 def _best_record(db: Database, ts) -> tuple[float, int] | None:
@@ -109,10 +109,8 @@ def _best_record(db: Database, ts) -> tuple[float, int] | None:
     else of the same op without its fused epilogue (the same space; the epilogue costs little)."""
     for task in [ts.task, ts.task.anchor()] if has_epilogue(ts.task.args) else [ts.task]:
         key = TaskKey(task.key, ts.target.name, ts.fingerprint, ts.template.name)
-        best = [t for t in current_trials(db, ts, key)[0] if t.ok]
-        if best:
-            b = min(best, key=lambda t: t.cost)
-            return b.cost, b.index
+        if best := min((t for t in current_trials(db, ts, key) if t.ok), key=lambda t: t.cost, default=None):
+            return best.cost, best.index
     return None
 
 
@@ -120,18 +118,13 @@ def best_record(db: Database, task: Task, target) -> tuple[float, int, object] |
     """The fastest recorded config of `task` on `target`: of the template the task names,
     else of any template that serves it. Returns (its cost in seconds, its index, its
     TaskSpace), or None."""
-    found = []
-    for variant in task.variants(target):
-        ts = variant.bind(target)
-        if (rec := _best_record(db, ts)) is not None:
-            found.append((*rec, ts))
-    return min(found, key=lambda f: f[0]) if found else None
+    found = [(*rec, ts) for ts in (v.bind(target) for v in task.variants(target)) if (rec := _best_record(db, ts))]
+    return min(found, key=lambda f: f[0], default=None)
 
 
 def best_config(db: Database, task: Task, target) -> tuple[object, int] | None:
     """`best_record`'s (TaskSpace, index), or None."""
-    best = best_record(db, task, target)
-    return (best[2], best[1]) if best else None
+    return (best[2], best[1]) if (best := best_record(db, task, target)) else None
 
 
 def checked_best(db: Database, row: dict) -> dict:
@@ -139,24 +132,21 @@ def checked_best(db: Database, row: dict) -> dict:
     fastest record whose config is in its template's space now (a TaskSpace per template
     it was measured through, on the row's target and device). A row whose task cannot be
     made here (its plugin is not installed) is returned as it is, with `checked` False."""
-    reg = registry()
     try:
-        cls = reg.component("target", row["target"])
+        cls = registry().component("target", row["target"])
         target = cls(cls.Options(**row["target_options"]))
-        best = None
+        found = []   # (trial, its task space) of every template
         for template in db.templates(row["workload"], row["target"], row["device"]):
             spec = TaskSpec(row["op"], tuple(sorted(row["args"].items())), template, db.computation(row["workload"]))
             ts = task_of(spec).bind(target)
             ts.fingerprint = row["device"]   # records of another machine's device are read as theirs
             key = TaskKey(row["workload"], row["target"], row["device"], template)
-            ok = [t for t in current_trials(db, ts, key)[0] if t.ok]
-            if ok and (best is None or min(t.cost for t in ok) < best[0].cost):
-                best = (min(ok, key=lambda t: t.cost), ts)
+            found += [(t, ts) for t in current_trials(db, ts, key) if t.ok]
     except (TunekitError, ValueError):   # its plugin is gone, or its options are not valid today
         return {**row, "checked": False}
-    if best is None:
+    if not found:
         return {**row, "template": None, "index": None, "config": None, "cost": None, "gflops": 0.0, "checked": True}
-    trial, ts = best
+    trial, ts = min(found, key=lambda f: f[0].cost)
     return {**row, "template": ts.template.name, "index": trial.index, "config": trial.config, "cost": trial.cost,
             "gflops": ts.task.flops / trial.cost / 1e9, "checked": True}
 

@@ -6,6 +6,7 @@ import json
 import time
 import warnings
 from collections.abc import Sequence
+from contextlib import closing, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +27,7 @@ def load_graph(path: str) -> Graph:
     table = registry().components["frontend"]
     for entry in table.values():
         if suffix in entry.obj.suffixes:
-            why = entry.obj.available()
-            if why:
+            if why := entry.obj.available():
                 raise ModelError(f"{path}: the {entry.obj.name!r} frontend cannot run here: {why}")
             return _checked(entry.obj().load(str(path)), str(path))
     known = ", ".join(f"{s} ({e.obj.name})" for e in table.values() for s in e.obj.suffixes) or "none"
@@ -40,10 +40,8 @@ def _checked(graph: Graph, path: str) -> Graph:
         graph.check()
     except ValueError as e:
         raise ModelError(f"{path}: {e}") from None
-    for node in graph.nodes:
+    for node in [n for n in graph.nodes if not n.call]:   # a te call: made a computation, and checked, by the plan
         try:
-            if node.call:   # a te call: made a computation, and checked, by the plan (`fuse-te`)
-                continue
             if node.computation is None:
                 registry().op(node.op).canonical(node.args)
             else:
@@ -80,17 +78,13 @@ class CompiledModel:
     """
 
     def __init__(self, graph: Graph, target, database: str | None = None, passes: Sequence[str] | None = None):
-        db = Database(database, readonly=True) if database else None
-        try:
+        with closing(Database(database, readonly=True)) if database else nullcontext() as db:
             plan = NetworkPlan(graph, target, db, passes)
             self.graph, self.target = plan.compiled(), target
             kernels: dict[str, Kernel] = {}   # one per distinct (fused) task
             for node in self.graph.nodes:
                 if (task := plan.task(node)).key not in kernels:
                     kernels[task.key] = kernel_of(task, target, plan.best(task))
-        finally:
-            if db is not None:
-                db.close()
         tasks = {k.task.anchor().name for k in kernels.values()}
         self.fallback = sorted({k.task.anchor().name for k in kernels.values() if not k.tuned})
         if self.fallback:
@@ -105,25 +99,13 @@ class CompiledModel:
         bound to them; `kernels` are the nodes' kernels, in order. A view lives in its base's
         buffer, which lives from the first write of it or a view of it to the last read."""
         g = self.graph
-        last = {}
-        for k, node in enumerate(g.nodes):
-            for name in node.inputs:
-                last[g.base(name)] = k
+        last = {g.base(name): k for k, node in enumerate(g.nodes) for name in node.inputs}
         # the weights the nodes read (a frontend or layout pass may leave replaced ones in the graph)
         consts = {name: _aligned(g.constants[name]) for name in [*last, *g.outputs] if name in g.constants}
         self.weight_bytes = sum(a.nbytes for a in consts.values())
         free: list[np.ndarray] = []        # bytes past their last reader, the most recently freed last
         raw: dict[str, np.ndarray] = {}     # tensor -> the bytes it lives at the start of
         self.peak_bytes = 0
-
-        def allocate(name: str, nbytes: int) -> np.ndarray:
-            fits = [k for k, b in enumerate(free) if b.size >= nbytes]
-            if fits:   # the smallest that fits; of equals, the most recently freed (still in cache)
-                raw[name] = free.pop(min(fits, key=lambda k: (free[k].size, -k)))
-            else:
-                raw[name] = empty((nbytes,), "uint8")
-                self.peak_bytes += nbytes
-            return raw[name]
 
         def array(name: str, shape: tuple, dtype: str) -> np.ndarray:
             """Tensor `name` as an array of `shape` (the same size as it has), allocated on first use."""
@@ -132,22 +114,25 @@ class CompiledModel:
             size, itemsize = int(np.prod(shape)), np.dtype(dtype).itemsize
             base, offset = (g.views[name][:2]) if name in g.views else (name, 0)
             if base not in raw:
-                allocate(base, int(np.prod(g.shapes[base])) * itemsize if base != name else size * itemsize)
+                nbytes = int(np.prod(g.shapes[base])) * itemsize if base != name else size * itemsize
+                fits = [k for k, b in enumerate(free) if b.size >= nbytes]
+                if fits:   # the smallest that fits; of equals, the most recently freed (still in cache)
+                    raw[base] = free.pop(min(fits, key=lambda k: (free[k].size, -k)))
+                else:
+                    raw[base] = empty((nbytes,), "uint8")
+                    self.peak_bytes += nbytes
             start = offset * itemsize
             return raw[base][start:start + size * itemsize].view(dtype).reshape(shape)
 
         kept = {g.base(o) for o in g.outputs} | set(consts)   # never reused
         self._inputs = {name: array(name, shape, dtype) for name, (shape, dtype) in g.inputs.items()}
-        self.calls, self.layers = [], []
-        for k, (node, kernel) in enumerate(zip(g.nodes, kernels)):
+        self.calls, self.layers = [], list(zip(g.nodes, kernels))
+        for k, (node, kernel) in enumerate(self.layers):
             # a tensor may be read in another shape of the same size (a Flatten before a Gemm): a view
             args = [array(name, shape, dtype) for name, (_, shape, dtype) in zip(node.inputs, kernel.params)]
             args.append(array(node.output, *kernel.params[-1][1:]))
             self.calls.append(kernel.bind(*args))   # checked once: the plan's arrays never change
-            self.layers.append((node, kernel))
-            for base in {g.base(name) for name in node.inputs}:
-                if last.get(base) == k and base not in kept:
-                    free.append(raw[base])
+            free += [raw[b] for b in {g.base(name) for name in node.inputs} if last.get(b) == k and b not in kept]
         outs = {node.output: kernel.params[-1] for node, kernel in self.layers}
         shapes = g.output_shapes or [outs[name][1] for name in g.outputs]
         self._outputs = [array(name, shape, outs[name][2] if name in outs else str(g.constants[name].dtype))
@@ -174,26 +159,21 @@ class CompiledModel:
         alone, run after run ("seconds", as tuning timed it: its data and weights in cache), and
         within whole runs of the network ("in_run": its data and weights where the layers
         before it left them; the gap between the two is memory traffic)."""
-        within: list[list[float]] = [[] for _ in self.calls]
-        for k in range(repeat + 1):
-            for call, times in zip(self.calls, within):
-                t0 = time.perf_counter()
-                call()
-                if k:
-                    times.append(time.perf_counter() - t0)
+        runs = [[_seconds(call) for call in self.calls] for _ in range(repeat + 1)][1:]   # after a warm-up run
         rows = []
-        for call, (node, kernel), runs in zip(self.calls, self.layers, within):
+        for k, (call, (node, kernel)) in enumerate(zip(self.calls, self.layers)):
             call()
-            times = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - t0)
-            s = float(np.median(times))
+            s = float(np.median([_seconds(call) for _ in range(repeat)]))
             rows.append({"layer": node.name or node.output, "op": node.op, "template": kernel.template, "seconds": s,
-                         "in_run": float(np.median(runs)), "gflops": kernel.task.flops / s / 1e9,
+                         "in_run": float(np.median([run[k] for run in runs])), "gflops": kernel.task.flops / s / 1e9,
                          "tuned": kernel.tuned})
         return rows
+
+
+def _seconds(call) -> float:
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
 
 
 def _aligned(value: np.ndarray) -> np.ndarray:

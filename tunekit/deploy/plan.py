@@ -104,9 +104,7 @@ class NetworkPlan:
             key = (node.op, id(node.computation))
             if key not in self._tasks:   # (the computation is kept with it, so that its id stays its own)
                 self._tasks[key] = computed(node.op, json.dumps(node.computation, sort_keys=True)), node.computation
-            return self._tasks[key][0]
-        key = (node.op, repr(sorted(node.args.items())))
-        if key not in self._tasks:
+        elif (key := (node.op, repr(sorted(node.args.items())))) not in self._tasks:
             self._tasks[key] = registry().task(node.op, node.args), None
         return self._tasks[key][0]
 
@@ -118,17 +116,15 @@ class NetworkPlan:
 
     def seconds(self, task: Task) -> float | None:
         """The seconds of `task`'s best record, or None: what the choices compare."""
-        best = self.best(task)
-        return best[0] if best else None
+        return best[0] if (best := self.best(task)) else None
 
     def alternatives(self, nodes: list[Node], after: int = 0) -> list[Task]:
         """The tasks of the alternatives (from `ALTERNATIVES[after]` on) that may run layer `nodes[0]` alone."""
         if len(nodes) != 1:
             return []
-        alone = Graph({}, {}, nodes, [])
         return [self.task(Node(op, args, [], "")) for alt in ALTERNATIVES[after:]
-                for match in alt.matches(alone, self.choices).values() for op, args in alt.candidates(match,
-                                                                                                     self.choices)]
+                for match in alt.matches(Graph({}, {}, nodes, []), self.choices).values()
+                for op, args in alt.candidates(match, self.choices)]
 
     def fastest(self, node: Node, after: int = 0) -> float | None:
         """The best recorded seconds of layer `node` by its own op or an alternative (from `after` on)."""
@@ -137,11 +133,7 @@ class NetworkPlan:
 
     def shapes(self, graph: Graph) -> dict[str, tuple]:
         """The output shape of every node of `graph`, by output name."""
-        out = {}
-        for node in graph.nodes:
-            task = self.task(node)
-            out[node.output] = task.op.output_shapes(task.args)[0][0]
-        return out
+        return {node.output: (t := self.task(node)).op.output_shapes(t.args)[0][0] for node in graph.nodes}
 
     def blocks(self, graph: Graph) -> BlockPlan | None:
         """The channel-block plan of `graph` (in NCHW), or None where the target blocks nothing."""
@@ -200,8 +192,7 @@ class _ReadOnce:
 
 
 def _known(names: Sequence[str]) -> list[str]:
-    unknown = sorted(set(names) - {p.name for p in PASSES})
-    if unknown:
+    if unknown := sorted(set(names) - {p.name for p in PASSES}):
         raise ArgumentError(f"unknown pass(es) {', '.join(unknown)} (passes: {', '.join(p.name for p in PASSES)})")
     return list(names)
 
@@ -212,21 +203,10 @@ def passes_without(names: Sequence[str]) -> list[str]:
     return [p.name for p in PASSES if p.name not in left_out]
 
 
-def _dense(graph: Graph, plan: NetworkPlan, by_records: bool) -> Graph:
-    return dense_rows(graph, plan.choices.dense_rows)
-
-
-def _pack(graph: Graph, plan: NetworkPlan, by_records: bool) -> Graph:
-    nv = plan.choices.panel_width
-    return pack_panels(graph, nv) if nv else graph
-
-
 def _block(graph: Graph, plan: NetworkPlan, by_records: bool) -> Graph:
-    bp = plan.blocks(graph)
-    if bp is None:
+    if (bp := plan.blocks(graph)) is None:
         return graph
-    blocks = search_blocks(graph, bp, plan.fastest) if by_records else None
-    return block_activations(graph, bp, blocks)
+    return block_activations(graph, bp, search_blocks(graph, bp, plan.fastest) if by_records else None)
 
 
 def _choose(graph: Graph, plan: NetworkPlan, by_records: bool) -> Graph:
@@ -254,8 +234,10 @@ PASSES = (
          lambda graph, plan, by_records: merge_siblings(graph)),
     Pass("fuse-te", "a frontend's te calls grouped into kernels (left out: one kernel each)",
          lambda graph, plan, by_records: fuse_te(graph)),
-    Pass("dense-rows", "products of constant weights with few rows (the target's dense_rows) run as dense", _dense),
-    Pass("pack-panels", "constant matmul weights packed in the target's column panels", _pack),
+    Pass("dense-rows", "products of constant weights with few rows (the target's dense_rows) run as dense",
+         lambda graph, plan, by_records: dense_rows(graph, plan.choices.dense_rows)),
+    Pass("pack-panels", "constant matmul weights packed in the target's column panels",
+         lambda graph, plan, by_records: pack_panels(graph, plan.choices.panel_width)),
     Pass("block-channels", "activations in channel blocks (per tensor by the records with a database)", _block),
     Pass("alternatives", "layers run the algorithm their records say is fastest (Winograd, mbconv)", _choose),
 )

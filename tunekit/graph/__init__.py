@@ -15,6 +15,7 @@ into one tensor of all steps and read their slice of the input projection.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -94,21 +95,16 @@ class Graph:
     def uses(self) -> dict[str, int]:
         """How many nodes read each tensor (a node once, however many of its inputs name it), plus one if
         it is an output of the graph."""
-        found: dict[str, int] = {}
-        for name in [*(i for node in self.nodes for i in set(node.inputs) if i), *self.outputs]:
-            found[name] = found.get(name, 0) + 1
-        return found
+        return Counter([*(i for node in self.nodes for i in set(node.inputs) if i), *self.outputs])
 
     def check(self) -> None:
         """Raise ValueError if a node reads a tensor nothing produced before it (a view is
         there once something wrote its base or a view of it)."""
         known = set(self.inputs) | set(self.constants)
         for node in self.nodes:
-            missing = [i for i in node.inputs if i and self.base(i) not in known]
-            if missing:
+            if missing := [i for i in node.inputs if i and self.base(i) not in known]:
                 raise ValueError(f"node {node.name or node.output!r} ({node.op}) reads {missing}, which no input, "
                                  "constant or earlier node provides")
             known.add(self.base(node.output))
-        missing = [o for o in self.outputs if o not in known]
-        if missing:
+        if missing := [o for o in self.outputs if o not in known]:
             raise ValueError(f"the graph's outputs {missing} are never computed")

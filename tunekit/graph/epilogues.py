@@ -104,9 +104,7 @@ def _same_rows(other: tuple | None, shape: tuple, op: str) -> bool:
     """Whether a residual of shape `other` adds element for element to an output of `shape`: the
     same shape, or for a matmul or dense ([M, N] rows) the same rows in another shape (GPT-2's
     Gemm output is reshaped to [1, T, N] before its residual Add)."""
-    if other == shape:
-        return True
-    return other is not None and op in ("matmul", "dense") and other[-1] == shape[-1] and \
+    return other == shape or other is not None and op in ("matmul", "dense") and other[-1] == shape[-1] and \
         int(np.prod(other)) == int(np.prod(shape))
 
 

@@ -26,12 +26,9 @@ def fuse_te(graph: Graph, group: bool = True) -> Graph:
     uses, made = graph.uses(), {n.output: n for n in graph.nodes if n.call}
     root = {n.output: n.output for n in made.values()}      # a call's output -> its group's root's
     members = {n.output: [n] for n in made.values()}         # a root's output -> its group, in order
-    for n in graph.nodes if group else ():
-        if not n.call:
-            continue
+    for n in made.values() if group else ():
         for name in dict.fromkeys(n.inputs):
-            p = made.get(name)
-            if p and root[name] == name and uses.get(name) == 1 and _joins(members[name], members[root[n.output]], n):
+            if root.get(name) == name and uses.get(name) == 1 and _joins(members[name], members[root[n.output]], n):
                 r = root[n.output]
                 for m in members[name]:
                     root[m.output] = r
@@ -44,8 +41,8 @@ def fuse_te(graph: Graph, group: bool = True) -> Graph:
         if not n.call:
             nodes.append(replace(n, inputs=[resolve(alias, i) for i in n.inputs]))
         elif root[n.output] == n.output and n.output not in alias:
-            reads, tensors = _computation(graph, members[n.output])
             group_ = members[n.output]
+            reads, tensors = _computation(graph, group_)
             kinds = "_".join(dict.fromkeys(m.op for m in group_))
             op = (f"{graph.frontend}_{kinds}" if graph.frontend else kinds)[:64].rstrip("_")
             nodes.append(Node(op, {}, [resolve(alias, i) for i in reads], n.output, n.name,

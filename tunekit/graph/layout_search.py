@@ -43,10 +43,7 @@ def choose_blocks(nodes: Sequence[Node], options: dict[str, Sequence[int]],
         (the block of each tensor of `options`, the total cost); every tensor gets its
         first option where no choice has a finite cost.
     """
-    last = {}
-    for k, node in enumerate(nodes):
-        for name in node.inputs:
-            last[name] = k
+    last = {name: k for k, node in enumerate(nodes) for name in node.inputs}
     # a state: sorted ((tensor, block), ...) of the live tensors -> (cost, every choice so far)
     states: dict[tuple, tuple[float, dict[str, int]]] = {(): (0.0, {})}
     for k, node in enumerate(nodes):
@@ -67,16 +64,13 @@ def choose_blocks(nodes: Sequence[Node], options: dict[str, Sequence[int]],
                     nxt[key] = (c, {**chosen, node.output: block} if block is not None else chosen)
         states = dict(sorted(nxt.items(), key=lambda kv: kv[1][0])[:MAX_STATES])
     total, chosen = min(states.values(), key=lambda v: v[0])
-    if math.isinf(total):
-        return {t: opts[0] for t, opts in options.items()}, total
+    chosen = {} if math.isinf(total) else chosen   # no finite choice: every tensor its first option
     return {t: chosen.get(t, opts[0]) for t, opts in options.items()}, total
 
 
 def _variant(node: Node, block: int, data_block: int, residual_block: int | None) -> Node | None:
     """Layout op `node` writing `block`, reading its data in `data_block`, or None where it cannot run so."""
-    if node.op != "conv2d" and data_block != block:
-        return None
-    if node.args.get("residual") and residual_block not in (None, block):
+    if node.op != "conv2d" and data_block != block or node.args.get("residual") and residual_block not in (None, block):
         return None
     return Node(node.op, layout_args(node, block, data_block), node.inputs, node.output, node.name, node.kind)
 
@@ -84,13 +78,10 @@ def _variant(node: Node, block: int, data_block: int, residual_block: int | None
 def layer_variants(graph: Graph, plan: BlockPlan) -> list[Node]:
     """Every blocked layer of `graph` (in NCHW) in each of the blocks it may take: the layers
     the search needs records of."""
-    options, found = plan.options(), []
-    for node in graph.nodes:
-        for k in options.get(node.output, ()):
-            for db in options.get(node.inputs[0], (plan.data_block(node, {}),)):
-                if (v := _variant(node, k, db, None)) is not None:
-                    found.append(v)
-    return found
+    options = plan.options()
+    return [v for node in graph.nodes for k in options.get(node.output, ())
+            for db in options.get(node.inputs[0], (plan.data_block(node, {}),))
+            if (v := _variant(node, k, db, None)) is not None]
 
 
 def search_blocks(graph: Graph, plan: BlockPlan, seconds: Callable[[Node], float | None]) -> dict[str, int]:
@@ -108,7 +99,6 @@ def search_blocks(graph: Graph, plan: BlockPlan, seconds: Callable[[Node], float
         rule = (plan.block[node.output], plan.data_block(node, {}))
         if seconds(Node(node.op, layout_args(node, *rule), node.inputs, node.output)) is None:
             return 0.0 if (blocks[node.output], plan.data_block(node, blocks)) == rule else math.inf
-        s = seconds(v)
-        return math.inf if s is None else s
+        return math.inf if (s := seconds(v)) is None else s
 
     return choose_blocks(graph.nodes, options, cost)[0]

@@ -380,12 +380,11 @@ def open_log(path: str):
     """Open the JSONL log for appending, on a new line: a torn last line (a killed
     writer) is ended first, so the next record is never glued onto it."""
     try:
-        f = open(path, "a+b")
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                f.write(b"\n")
-        f.close()
+        with open(path, "a+b") as f:   # closed on an error too
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")
         return open(path, "a", encoding="utf-8")
     except OSError as e:
         raise StorageError(f"{path}: cannot write the log: {e.strerror or e}; fix [database] log or leave it out") \

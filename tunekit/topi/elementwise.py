@@ -4,6 +4,8 @@ te.compute over the broadcast shape of its inputs, read with numpy's broadcastin
 a fusion pass may inline it into its readers. Comparisons, logic and isnan make "bool" tensors."""
 from __future__ import annotations
 
+import functools
+
 from tunekit import ir, te
 from tunekit.errors import ArgumentError
 from tunekit.te.tensor import ComputeOp
@@ -30,11 +32,7 @@ def erf(x: ir.Expr) -> ir.Expr:
     """Return erf(x) in float32 expressions (see `_ERF_P`): no exp, one division."""
     x = ir.min_(ir.max_(x, -4.0), 4.0)
     x2 = x * x
-    p, q = ir.const(_ERF_P[0], x.dtype), ir.const(_ERF_Q[0], x.dtype)
-    for c in _ERF_P[1:]:
-        p = p * x2 + c
-    for c in _ERF_Q[1:]:
-        q = q * x2 + c
+    p, q = (functools.reduce(lambda acc, c: acc * x2 + c, cs[1:], ir.const(cs[0], x.dtype)) for cs in (_ERF_P, _ERF_Q))
     return x * p / q
 
 

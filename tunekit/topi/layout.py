@@ -3,6 +3,7 @@ outputs, gather, pad) and numpy's broadcasting: each output element is a load of
 computed from the output's (index arithmetic only, no copies beyond the output itself)."""
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -16,13 +17,10 @@ def broadcast_shape(*shapes) -> tuple:
     """Return the shape numpy broadcasts `shapes` to (right-aligned; a size-1 dim stretches);
     ValueError if two differ in a dim where neither is 1."""
     n = max((len(s) for s in shapes), default=0)
-    out = []
-    for dims in zip(*((1,) * (n - len(s)) + tuple(s) for s in shapes)):
-        sizes = {d for d in dims if d != 1}
-        if len(sizes) > 1:
-            raise ValueError(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
+    sizes = [{d for d in dims if d != 1} for dims in zip(*((1,) * (n - len(s)) + tuple(s) for s in shapes))]
+    if any(len(s) > 1 for s in sizes):
+        raise ValueError(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast")
+    return tuple(max(s, default=1) for s in sizes)
 
 
 def broadcast_index(t_shape, out_shape, idx) -> tuple:
@@ -49,11 +47,8 @@ def _ravel(idx, dims) -> ir.Expr:
 
 def _unravel(flat, dims) -> list:
     """The indices in `dims` of row-major flat index `flat` (< their product)."""
-    out, stride = [], math.prod(dims)
-    for k, d in enumerate(dims):
-        stride //= d
-        out.append(flat // stride if k == 0 else flat // stride % d)
-    return out
+    strides = [math.prod(dims[k + 1:]) for k in range(len(dims))]
+    return [flat // s if k == 0 else flat // s % d for k, (s, d) in enumerate(zip(strides, dims))]
 
 
 def _runs(out_shape, in_shape) -> list[tuple[list, list]]:
@@ -119,12 +114,9 @@ def concat(xs: list[te.Tensor], axis: int, name: str) -> te.Tensor:
 def split(x: te.Tensor, axis: int, shapes, name: str) -> list[te.Tensor]:
     """Return `x` cut along `axis` into consecutive parts of `shapes` (x's but along the axis), named `{name}_{k}`."""
     axis = normalize_axis(axis, x.ndim)
-    outs, offset = [], 0
-    for k, shape in enumerate(shapes):
-        outs.append(te.compute(shape, lambda *i, o=offset: x[i[:axis] + (i[axis] + o,) + i[axis + 1:]],
-                               name=f"{name}_{k}"))
-        offset += shape[axis]
-    return outs
+    starts = itertools.accumulate((shape[axis] for shape in shapes), initial=0)
+    return [te.compute(shape, lambda *i, o=o: x[i[:axis] + (i[axis] + o,) + i[axis + 1:]], name=f"{name}_{k}")
+            for k, (shape, o) in enumerate(zip(shapes, starts))]
 
 
 def strided_slice(x: te.Tensor, starts, shape, name: str, axes=None, steps=None) -> te.Tensor:

@@ -57,14 +57,10 @@ class Anchors:
         cv, a = self.cv, attrs_of(n)
         x, w = n.input[0], n.input[1]
         shape = cv.shapes[x]
-        if n.op_type == "Gemm":
-            if a.get("transA", 0) or a.get("alpha", 1.0) != 1 or a.get("beta", 1.0) != 1:
-                return None
-            weight = cv.constants[w] if a.get("transB", 0) else cv.constants[w].T   # [out, in]
-        else:
-            if len(shape) < 2:
-                return None
-            weight = cv.constants[w].T
+        if a.get("transA", 0) or a.get("alpha", 1.0) != 1 or a.get("beta", 1.0) != 1 or \
+                n.op_type == "MatMul" and len(shape) < 2:   # (a MatMul has no attributes)
+            return None
+        weight = cv.constants[w] if a.get("transB", 0) else cv.constants[w].T   # [out, in]
         # the data's rows: its shape may be that of the tensor a Reshape or Flatten aliases ([M, K, 1, 1], [1, M, K])
         M = int(np.prod(shape)) // weight.shape[1]
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
@@ -81,14 +77,13 @@ class Anchors:
         return _epilogued("matmul", args, [x, self.cv.const(name + "/kn", weight.T), *([bias] if bias else [])], out, n)
 
     def _pool_args(self, n, a: dict) -> dict:
-        N, C, H, W = self.cv.shapes[n.input[0]]
         pads = list(a.get("pads", [0, 0, 0, 0]))
         if len(n.output) > 1 or a.get("ceil_mode", 0) or pads[:2] != pads[2:] or \
                 a.get("auto_pad", "NOTSET") != "NOTSET":
             raise self.cv.fail(n, "only floor mode with symmetric explicit padding and one output")
         (R, S) = a["kernel_shape"]
-        return dict(N=N, C=C, H=H, W=W, R=R, S=S, stride=tuple(a.get("strides", [1, 1])), padding=tuple(pads[:2]),
-                    dilation=tuple(a.get("dilations", [1, 1])), dtype="float32")
+        return dict(zip("NCHW", self.cv.shapes[n.input[0]]), R=R, S=S, stride=tuple(a.get("strides", [1, 1])),
+                    padding=tuple(pads[:2]), dilation=tuple(a.get("dilations", [1, 1])), dtype="float32")
 
     def maxpool(self, n):
         return Node("max_pool2d", self._pool_args(n, attrs_of(n)), [n.input[0]], n.output[0], n.name, n.op_type)
@@ -102,9 +97,8 @@ class Anchors:
         return Node("avg_pool2d", args, [n.input[0]], n.output[0], n.name, n.op_type)
 
     def globalaveragepool(self, n):
-        N, C, H, W = self.cv.shapes[n.input[0]]
-        return Node("global_avg_pool2d", dict(N=N, C=C, H=H, W=W, dtype="float32"), [n.input[0]], n.output[0], n.name,
-                    n.op_type)
+        args = dict(zip("NCHW", self.cv.shapes[n.input[0]]), dtype="float32")
+        return Node("global_avg_pool2d", args, [n.input[0]], n.output[0], n.name, n.op_type)
 
 
 def _epilogued(op: str, args: dict, inputs: list[str], output: str, n) -> Node:

@@ -56,8 +56,7 @@ class NodeContext:
 
     def need_const(self, k: int, what: str) -> np.ndarray:
         """Return the value of input `k`, which must be a constant (`what` names it in the error)."""
-        v = self.const(k)
-        if v is None:
+        if (v := self.const(k)) is None:
             raise self.fail(f"its {what} (input {k}) must be a constant (computed from constants and static "
                             "shapes only)")
         return v
@@ -95,11 +94,7 @@ class NodeContext:
 def attrs_of(node) -> dict:
     """The attributes of ONNX node `node` as Python values (strings decoded)."""
     from onnx import helper
-    out = {}
-    for a in node.attribute:
-        v = helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else v
-    return out
+    return {a.name: v.decode() if isinstance(v := helper.get_attribute_value(a), bytes) else v for a in node.attribute}
 
 
 def lowerings(table: dict) -> dict:

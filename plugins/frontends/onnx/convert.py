@@ -11,7 +11,7 @@ them: `tunekit.deploy.plan`):
 from __future__ import annotations
 
 from tunekit.errors import ModelError
-from tunekit.graph import Graph, Node, TeCall
+from tunekit.graph import Graph, Node, TeCall, resolve
 from tunekit.graph.builder import GraphBuilder
 
 from . import lower_conv_transpose, lower_lstm
@@ -42,8 +42,7 @@ def _check_ops(model, path: str) -> None:
 
 def _shape(value_info, path: str) -> tuple:
     dims = value_info.type.tensor_type.shape.dim
-    if any(not d.HasField("dim_value") for d in dims):
-        names = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+    if names := [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]:
         raise ModelError(f"{path}: tensor {value_info.name!r} has symbolic dimensions {names}; export the model "
                          "with fixed sizes (batch 1, 224x224)")
     return tuple(int(d.dim_value) for d in dims)
@@ -66,13 +65,8 @@ def convert(path: str) -> Graph:
     inputs = [v.name for v in g.input if v.name not in cv.constants]
     # token ids: the vocabulary a Gather indexes (through reshapes of the input)
     source = {n.output[0]: n.input[0] for n in g.node if n.op_type in RESHAPES}
-
-    def root(t: str) -> str:
-        while t in source:
-            t = source[t]
-        return t
-    bounds = {root(n.input[1]): cv.shapes[n.input[0]][attrs_of(n).get("axis", 0)] for n in g.node
-              if n.op_type == "Gather" and root(n.input[1]) in inputs}
+    bounds = {resolve(source, n.input[1]): cv.shapes[n.input[0]][attrs_of(n).get("axis", 0)] for n in g.node
+              if n.op_type == "Gather" and resolve(source, n.input[1]) in inputs}
     return cv.graph(inputs, [o.name for o in g.output], bounds)
 
 

@@ -68,18 +68,14 @@ def refuse_quantized(model, path: str) -> None:
 
 def constant_value(n, path: str) -> np.ndarray:
     """The value of the Constant node `n` (a tensor, or value_float(s) / value_int(s))."""
-    from onnx import numpy_helper
-    a = {x.name: x for x in n.attribute}
+    from onnx import helper, numpy_helper
+    a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
     if "value" in a:
-        return numpy_helper.to_array(a["value"].t)
-    if "value_float" in a:
-        return np.array(a["value_float"].f, np.float32)
-    if "value_floats" in a:
-        return np.array(a["value_floats"].floats, np.float32)
-    if "value_int" in a:
-        return np.array(a["value_int"].i, np.int64)
-    if "value_ints" in a:
-        return np.array(a["value_ints"].ints, np.int64)
+        return numpy_helper.to_array(a["value"])
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                       ("value_ints", np.int64)):
+        if key in a:
+            return np.array(a[key], dtype)
     raise ModelError(f"{path}: {node_name(n)} is not supported: a Constant of {', '.join(a) or 'no value'} "
                      "(supported: value, value_float(s), value_int(s))")
 

@@ -29,7 +29,7 @@ def applies(cv, n) -> bool:
             and "output_shape" not in a and (len(n.input) < 3 or not n.input[2] or n.input[2] in cv.constants))
 
 
-def _axis(size: int, out: int, k: int, s: int, pad: int, r: int) -> tuple[int, int, int]:
+def _axis(out: int, k: int, s: int, pad: int, r: int) -> tuple[int, int, int]:
     """Phase r along one axis: (outputs q, taps A, input offset of tap 0 at q = 0 after flipping)."""
     c = (r + pad) % s
     taps = -(-(k - c) // s) if k > c else 0
@@ -60,22 +60,20 @@ def expand(cv, n) -> None:
     last = not phases and K >= -(-Wo // sw)
     for rh in range(sh if not phases else 0):
         for rw in range(sw):
-            Q, A, oh = _axis(H, Ho, kh, sh, pt, rh)
-            P, B, ow = _axis(W, Wo, kw, sw, pl, rw)
+            Q, A, oh = _axis(Ho, kh, sh, pt, rh)
+            P, B, ow = _axis(Wo, kw, sw, pl, rw)
             name = f"{tag}/phase{rh}{rw}"
             shape = (N, Q, P, K) if last else (N, K, Q, P)
             if min(Q, P) <= 0 or min(A, B) <= 0:   # no output, or no tap reaches it (zeros)
                 cv.constants[name] = np.zeros([max(d, 0) for d in shape], np.float32)
                 cv.shapes[name] = cv.constants[name].shape
-                phases.append(name)
-                continue
-            ch, cw = (rh + pt) % sh, (rw + pl) % sw
-            sub = w[:, :, ch::sh, cw::sw][:, :, ::-1, ::-1]   # [C, K, A, B], flipped
-            weight = cv.const(f"{name}/w", sub.transpose(2, 3, 0, 1) if last else sub.transpose(1, 0, 2, 3))
-            data = te.to_data(linear.conv_transpose_phase(N, C, H, W, K, Q, P, A, B, oh, ow, last))
-            node = Node("onnx_conv_transpose_phase", {}, [x, weight], name, f"{n.name or tag} phase {rh}{rw}",
-                        "ConvTranspose", computation=data)
-            cv.add(node, shape)
+            else:
+                ch, cw = (rh + pt) % sh, (rw + pl) % sw
+                sub = w[:, :, ch::sh, cw::sw][:, :, ::-1, ::-1]   # [C, K, A, B], flipped
+                weight = cv.const(f"{name}/w", sub.transpose(2, 3, 0, 1) if last else sub.transpose(1, 0, 2, 3))
+                data = te.to_data(linear.conv_transpose_phase(N, C, H, W, K, Q, P, A, B, oh, ow, last))
+                cv.add(Node("onnx_conv_transpose_phase", {}, [x, weight], name, f"{n.name or tag} phase {rh}{rw}",
+                            "ConvTranspose", computation=data), shape)
             phases.append(name)
     bias = cv.constants[n.input[2]] if len(n.input) > 2 and n.input[2] else np.zeros(K, np.float32)
     scale, shift = cv.const(f"{tag}/scale", np.ones(K)), cv.const(f"{tag}/shift", bias)

@@ -22,8 +22,7 @@ from .context import attrs_of, ident
 def expand(cv, n) -> None:
     """Add the items of LSTM node `n` to converter `cv`."""
     a = attrs_of(n)
-    ins = list(n.input) + [""] * (8 - len(n.input))
-    x, w, r, bias, lens, h0, c0, peep = ins
+    x, w, r, bias, lens, h0, c0, peep = list(n.input) + [""] * (8 - len(n.input))
     if a.get("direction", "forward") != "forward" or a.get("layout", 0) or a.get("clip") is not None \
             or a.get("input_forget", 0) or peep or a.get("activations", ["Sigmoid", "Tanh", "Tanh"]) != \
             ["Sigmoid", "Tanh", "Tanh"]:

@@ -179,10 +179,6 @@ class _CpuTarget(tunekit.Target):
         """The optimized assembly of `program` for this target (for inspection and tests)."""
         return self.target_machine().emit_assembly(self._compile(program)[1])
 
-    def optimized_ir(self, program: ir.Program) -> str:
-        """The LLVM IR of `program` after the O3 pipeline."""
-        return str(self._compile(program)[1])
-
     def _check_runnable(self, artifact: tunekit.Artifact) -> None:
         why = self.available()
         if why is not None:

@@ -44,8 +44,7 @@ class Alternative:
             if node.output not in chosen:
                 return node
             nodes, op, args = chosen[node.output]
-            if len(nodes) == 1:
-                return Node(op, args, self.inputs(nodes, args, rw), node.output, node.name, node.kind)
-            name = "+".join(n.name or n.output for n in nodes)
-            return Node(op, args, self.inputs(nodes, args, rw), node.output, name, op)
+            one = len(nodes) == 1   # a chain is named by its layers
+            return Node(op, args, self.inputs(nodes, args, rw), node.output,
+                        node.name if one else "+".join(n.name or n.output for n in nodes), node.kind if one else op)
         return rewrite(graph, visit)

@@ -13,9 +13,7 @@ class Winograd(Alternative):
     name = "winograd"
 
     def matches(self, graph: Graph, choices) -> dict[str, list[Node]]:
-        if not choices.winograd_tiles:
-            return {}
-        return {n.output: [n] for n in graph.nodes if _applies(n)}
+        return {n.output: [n] for n in graph.nodes if _applies(n)} if choices.winograd_tiles else {}
 
     def candidates(self, nodes: list[Node], choices) -> list[tuple[str, dict]]:
         return [("conv2d_winograd", {**nodes[0].args, "tile": m}) for m in choices.winograd_tiles]
