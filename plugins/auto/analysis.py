@@ -34,10 +34,12 @@ def loads(expr) -> list[TensorLoad]:
 
 def inline_injective(s, outputs, keep=()) -> None:
     """Inline every elementwise/injective stage that is not an output or in `keep` into
-    its consumers (padding, layout packing, epilogue producers): no buffer, no extra pass."""
+    its consumers (padding, layout packing, epilogue producers): no buffer, no extra pass;
+    but a scalar computed from a reduction (a quantization's scale) is computed once."""
     outs = {t.op for t in outputs}
     for st in s.stages:
-        if st.op not in outs and st not in keep and not st.op.reduce_axis:
+        if st.op not in outs and st not in keep and not st.op.reduce_axis and \
+                not (st.op.output.shape == () and any(t.op.reduce_axis for t in st.op.inputs)):
             st.compute_inline()
 
 

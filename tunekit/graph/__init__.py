@@ -79,6 +79,8 @@ class Graph:
     input_bounds: dict[str, int] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)    #: the dtype of every tensor te calls read
     frontend: str = ""      #: the frontend that translated it: its fused groups are named "{frontend}_{ops}"
+    #: output -> its quantization step, for an output a quantized model dequantizes (accuracy is told in steps)
+    output_steps: dict[str, float] = field(default_factory=dict)
 
     def base(self, name: str) -> str:
         """The tensor whose memory `name` lives in (itself unless it is a view)."""

@@ -80,6 +80,16 @@ def _fma(a, b, c):
     return a * b + c
 
 
+def dot4_u8s8(a, b):
+    """The sum of the four products of the bytes of `a` (unsigned) and `b` (signed), numpy or Python
+    integers holding int32 values."""
+    total = 0
+    for shift in (0, 8, 16, 24):
+        x, y = (a >> shift) & 255, (b >> shift) & 255
+        total = total + x * (y - ((y >> 7) << 8))   # y - 256 where its sign bit is set
+    return total
+
+
 def compile_python(program: n.Program) -> str:
     """Return the Python source the interpreter runs for `program`."""
     pr = _PyPrinter()
@@ -93,7 +103,8 @@ def run(program: n.Program, *arrays: np.ndarray) -> None:
     """Execute `program` on numpy arrays (params order), writing outputs in place."""
     if len(arrays) != len(program.params):
         raise ValueError(f"{program.name} takes {len(program.params)} arrays, got {len(arrays)}")
-    ns = {"math": math, "_fma": _fma, "inf": math.inf, "nan": math.nan, "_run_threads": _run_threads}
+    ns = {"math": math, "_fma": _fma, "_dot4_u8s8": dot4_u8s8, "inf": math.inf, "nan": math.nan,
+          "_run_threads": _run_threads}
     exec(compile(compile_python(program), f"<tunekit.ir.interp {program.name}>", "exec"), ns)
     lists = [np.ravel(a).tolist() for a in arrays]
     ns["kernel"](*lists)

@@ -118,7 +118,9 @@ class Cast(Expr):
 
 @dataclass(eq=False, repr=False)
 class Call(Expr):
-    """A pure intrinsic: exp, log, sqrt, tanh, fabs, fma(a, b, c)."""
+    """A pure intrinsic: exp, log, sqrt, tanh, fabs, fma(a, b, c) of floats; dot4_u8s8(a, b) of two
+    int32 each holding four bytes (little-endian, a's unsigned, b's signed): the int32 sum of their
+    four byte products (the dot instruction of 8-bit inference: VNNI's vpdpbusd per lane)."""
     fn: str
     args: tuple
     dtype: str

@@ -14,6 +14,7 @@ from .tensor import (  # noqa: F401
     TensorLoad,
     all_,
     compute,
+    dot4_u8s8,
     exp,
     fabs,
     fma,

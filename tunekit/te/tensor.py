@@ -198,5 +198,14 @@ exp, log, sqrt, tanh, fabs = (_intrinsic(f) for f in ("exp", "log", "sqrt", "tan
 fma = _intrinsic("fma", 3)
 
 
+def dot4_u8s8(a, b) -> ir.Expr:
+    """The int32 sum of the four byte products of int32 `a` and `b`, each four packed bytes, a's
+    unsigned and b's signed (`ir.Call`): read uint8 data and int8 weights as int32 to use it."""
+    a, b = ir.as_expr(a, "int32"), ir.as_expr(b, "int32")
+    if a.dtype != "int32" or b.dtype != "int32":
+        raise TypeError(f"te.dot4_u8s8 takes int32 expressions (four packed bytes each), got {a.dtype} and {b.dtype}")
+    return ir.Call("dot4_u8s8", (a, b), "int32")
+
+
 def all_(*conds) -> ir.Expr:
     return functools.reduce(ir.and_, conds, ir.const(True))

@@ -10,6 +10,8 @@ them: `tunekit.deploy.plan`):
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node, TeCall, resolve
 from tunekit.graph.builder import GraphBuilder
@@ -18,6 +20,7 @@ from . import lower_conv_transpose, lower_lstm
 from .anchors import Anchors
 from .context import ONNX_DTYPES, NodeContext, attrs_of
 from .load import check_dtypes, load, node_name
+from .lower_quantized import MICROSOFT
 from .lowerings import KINDS, LOWERINGS
 
 ANCHORS = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool"}
@@ -31,7 +34,8 @@ MOVES = RESHAPES | {"Transpose", "Slice", "Gather", "Expand", "Concat", "Split",
 
 def _check_ops(model, path: str) -> None:
     """Raise one ModelError naming every node of a type tunekit does not read (not just the first)."""
-    bad = [n for n in model.graph.node if n.op_type not in KNOWN or n.domain not in ("", "ai.onnx")]
+    bad = [n for n in model.graph.node if n.op_type not in KNOWN or n.domain not in ("", "ai.onnx")
+           and not (n.domain == "com.microsoft" and n.op_type in MICROSOFT)]
     if bad:
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
         names = "; ".join(f"{n.name or n.output[0]!r} ({n.op_type}{f', domain {n.domain}' if n.domain else ''})"
@@ -67,7 +71,12 @@ def convert(path: str) -> Graph:
     source = {n.output[0]: n.input[0] for n in g.node if n.op_type in RESHAPES}
     bounds = {resolve(source, n.input[1]): cv.shapes[n.input[0]][attrs_of(n).get("axis", 0)] for n in g.node
               if n.op_type == "Gather" and resolve(source, n.input[1]) in inputs}
-    return cv.graph(inputs, [o.name for o in g.output], bounds)
+    graph = cv.graph(inputs, [o.name for o in g.output], bounds)
+    # an output dequantized with one scale: its step (a quantized model's accuracy is told in steps)
+    graph.output_steps = {n.output[0]: float(cv.constants[n.input[1]].reshape(-1)[0]) for n in g.node
+                          if n.op_type == "DequantizeLinear" and n.output[0] in graph.outputs
+                          and cv.constants.get(n.input[1], np.zeros(2)).size == 1}
+    return graph
 
 
 class _Converter(GraphBuilder):

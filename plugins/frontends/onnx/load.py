@@ -3,12 +3,11 @@ shapes folded into constants (Shape -> Gather -> Concat -> Reshape chains, Const
 Range, an attention mask's arithmetic), and every tensor's shape inferred and static."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 from onnx import TensorProto
 
 from tunekit.errors import ModelError
+from tunekit.topi.quantize import dequantize_array, quantize_array
 
 REDO = "export the model to ONNX again (e.g. with torch.onnx.export)"
 #: what is never folded: a value that changes from run to run
@@ -44,26 +43,34 @@ def load(path: str):
                          f"truncated or in another format); {REDO}")
     try:
         onnx.checker.check_model(model)
-        refuse_quantized(model, path)
         model, consts = fold(onnx.shape_inference.infer_shapes(model), path)
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True), consts
+        return _infer_microsoft(onnx.shape_inference.infer_shapes(model, strict_mode=True)), consts
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
                          "edited file fails these checks)") from None
 
 
-def refuse_quantized(model, path: str) -> None:
-    """Refuse a quantized model (what onnxruntime.quantization writes: QDQ pairs, QLinear* and
-    integer ops) before anything folds, naming its first quantized node."""
-    q = [n for n in model.graph.node if "quantize" in n.op_type.lower() or re.match(r"Q[A-Z]", n.op_type)
-         or n.op_type.endswith(("Integer", "IntegerToFloat", "NBits", "Bnb4"))]
-    if q:
-        raise ModelError(f"{path}: {node_name(q[0])} is not supported: the model is quantized (this is the first of "
-                         f"{len(q)} quantized nodes), and tunekit does not run quantized models yet "
-                         "(QuantizeLinear/DequantizeLinear pairs, QLinear* ops, DynamicQuantizeLinear, MatMulInteger, "
-                         "ConvInteger and other ops on integer weights and activations); meanwhile give tunekit the "
-                         "float32 model (the one given to onnxruntime.quantization's quantize_static/quantize_dynamic, "
-                         "or the model exported again without quantizing)")
+def _infer_microsoft(model):
+    """`model` with the output shapes of the com.microsoft nodes it reads added (onnx infers only
+    the standard domain's), and so those of the nodes after them."""
+    import onnx
+    from onnx import helper
+
+    from .lower_quantized import infer
+    while True:
+        g = model.graph
+        types = {v.name: v.type.tensor_type for v in [*g.input, *g.value_info, *g.output]}
+        shapes = {k: tuple(d.dim_value for d in t.shape.dim) for k, t in types.items() if t.HasField("shape")}
+        shapes.update({t.name: tuple(t.dims) for t in g.initializer})
+        dtypes = {**{k: t.elem_type for k, t in types.items()}, **{t.name: t.data_type for t in g.initializer}}
+        new = [n for n in g.node if n.domain == "com.microsoft" and n.output[0] not in shapes
+               and all(i in shapes for i in n.input if i)]
+        if not new:
+            return model
+        for n in new:
+            infer(n, shapes, dtypes)
+            g.value_info.append(helper.make_tensor_value_info(n.output[0], dtypes[n.output[0]], shapes[n.output[0]]))
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
 def constant_value(n, path: str) -> np.ndarray:
@@ -106,9 +113,19 @@ def _gather_elements(n, data, index) -> list[np.ndarray]:
     return [np.take_along_axis(data, np.where(index < 0, index + d, index), axis)]
 
 
+def _quantize(n, x, scale, zero=None) -> list[np.ndarray]:
+    return [quantize_array(x, scale, zero, next((a.i for a in n.attribute if a.name == "axis"), 1))]
+
+
+def _dequantize(n, x, scale, zero=None) -> list[np.ndarray]:
+    return [dequantize_array(x, scale, zero, next((a.i for a in n.attribute if a.name == "axis"), 1))]
+
+
 # onnx.reference's GatherElements fails when the axis has over 64 entries (np.choose's limit);
-# PyTorch's export of a BERT gathers its position ids from a [1, 512] constant
-_NUMPY = {"GatherElements": _gather_elements}
+# PyTorch's export of a BERT gathers its position ids from a [1, 512] constant. onnx.reference has
+# no QuantizeLinear and DequantizeLinear before opset 19 (a QDQ model's weights are DequantizeLinear
+# of constants)
+_NUMPY = {"GatherElements": _gather_elements, "QuantizeLinear": _quantize, "DequantizeLinear": _dequantize}
 
 
 def _evaluate(n, values: list, opsets, path: str) -> list[np.ndarray]:

@@ -1,12 +1,13 @@
 """Every ONNX node type lowered to te through `tunekit.topi`, by op type (`LOWERINGS`), and how
 the fusion pass may group each (`KINDS`): here the elementwise nodes ("injective"), reductions
-(opset 13 Softmax) and contractions; `lower_layout` those that move data ("injective")."""
+(opset 13 Softmax) and contractions; `lower_layout` those that move data ("injective"),
+`lower_quantized` the quantized ones."""
 from __future__ import annotations
 
 from tunekit.topi import elementwise as ew
 from tunekit.topi import linear, reduce
 
-from . import lower_layout
+from . import lower_layout, lower_quantized
 from .context import NodeContext, ident, lowerings
 
 
@@ -92,6 +93,6 @@ LINEAR = lowerings({"MatMul": lambda cx: [linear.matmul(cx.tensor(0), cx.tensor(
                     "ConvTranspose": _conv_transpose})
 
 ELEMENTWISE_KINDS, REDUCTION_KINDS = dict.fromkeys(ELEMENTWISE, "injective"), dict.fromkeys(REDUCTIONS, "reduction")
-LOWERINGS = {**ELEMENTWISE, **REDUCTIONS, **lower_layout.LOWERINGS, **LINEAR}
+LOWERINGS = {**ELEMENTWISE, **REDUCTIONS, **lower_layout.LOWERINGS, **LINEAR, **lower_quantized.QUANTIZED}
 KINDS = {**ELEMENTWISE_KINDS, **REDUCTION_KINDS, **dict.fromkeys(lower_layout.LOWERINGS, "injective"),
-         **dict.fromkeys(LINEAR, "contraction")}
+         **dict.fromkeys(LINEAR, "contraction"), **lower_quantized.KINDS}

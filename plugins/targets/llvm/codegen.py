@@ -38,10 +38,11 @@ UNROLL_MAX = 512                  # an unrolled loop longer than this stays a lo
 
 class Codegen(ExpressionEmitter):
     """Emit one Program as an LLVM module. `generate()` returns the module;
-    `num_threads` is what parallel loops ask libgomp for."""
+    `num_threads` is what parallel loops ask libgomp for; `features`, the CPU features (LLVM's names)
+    that instructions without a portable form may use (VNNI's dot product)."""
 
-    def __init__(self, program: ir.Program, num_threads: int = 1):
-        self.program, self.num_threads = program, max(1, int(num_threads))
+    def __init__(self, program: ir.Program, num_threads: int = 1, features: frozenset = frozenset()):
+        self.program, self.num_threads, self.features = program, max(1, int(num_threads)), features
         self.module = ll.Module(name=program.name)
         self.fn: ll.Function | None = None
         self.b: ll.IRBuilder | None = None
@@ -207,6 +208,7 @@ class Codegen(ExpressionEmitter):
         del self.vars[var]
 
 
-def generate(program: ir.Program, num_threads: int = 1) -> ll.Module:
-    """Lower `program` to an LLVM module (see the module docstring for the ABI)."""
-    return Codegen(program, num_threads).generate()
+def generate(program: ir.Program, num_threads: int = 1, features: frozenset = frozenset()) -> ll.Module:
+    """Lower `program` to an LLVM module (see the module docstring for the ABI) for a CPU with
+    `features` (LLVM's names, e.g. "avx512vnni")."""
+    return Codegen(program, num_threads, features).generate()

@@ -90,6 +90,11 @@ class _CpuTarget(tunekit.Target):
     def vector_bits(self) -> int:
         return 128
 
+    def features(self) -> frozenset:
+        """The CPU features the code may use, by LLVM's names (those `cpu_features` enables; a CPU
+        given by name alone: none beyond what LLVM's portable code selects)."""
+        return frozenset(f[1:] for f in self.cpu_features()[1].split(",") if f.startswith("+"))
+
     def threads(self) -> int:
         """Threads a parallel loop runs on."""
         return self.options.num_threads or os.cpu_count() or 1
@@ -134,7 +139,7 @@ class _CpuTarget(tunekit.Target):
         llvm = _llvm()
         tm = self.target_machine()
         try:
-            module = codegen.generate(program, self.threads())
+            module = codegen.generate(program, self.threads(), self.features())
             module.triple, module.data_layout = tm.triple, str(tm.target_data)
             text = str(module)
         except TunekitError:

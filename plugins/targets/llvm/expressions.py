@@ -1,6 +1,6 @@
 """Loop IR expressions -> LLVM values: the half of `Codegen` that emits expressions
 (memory access, constants, arithmetic with floor division, casts, calls, lazy selects),
-as a mixin over the builder state `Codegen` holds (`b`, `vars`, `bufs`, `lane`,
+as a mixin over the builder state `Codegen` holds (`b`, `vars`, `bufs`, `lane`, `features`,
 `reassoc`). Index math is int64; float arithmetic carries the `contract` flag."""
 from __future__ import annotations
 
@@ -108,6 +108,10 @@ class ExpressionEmitter:
 
     def binop(self, e: ir.BinOp) -> ll.Value:
         b, op, dt = self.b, e.op, e.a.dtype
+        if op == "+" and e.dtype == "int32":   # acc + dot4_u8s8(x, y) -> one dot instruction that accumulates
+            for acc, dot in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(dot, ir.Call) and dot.fn == "dot4_u8s8":
+                    return self.dot4(*self.match(*(self.typed(v, "int32") for v in (*dot.args, acc))))
         if op == "+" and is_float(e.dtype):   # x + a*b -> fmuladd (fused where the target has FMA)
             for acc, prod in ((e.a, e.b), (e.b, e.a)):
                 if isinstance(prod, ir.BinOp) and prod.op == "*":
@@ -181,10 +185,47 @@ class ExpressionEmitter:
     def call(self, e: ir.Call) -> ll.Value:
         args = self.match(*(self.typed(a, e.dtype) for a in e.args))
         t = args[0].type
+        if e.fn == "dot4_u8s8":
+            return self.dot4(*args, ll.Constant(t, None))
         if e.fn in ("exp", "tanh") and e.dtype == "float32":
             return self.exp_f32(args[0]) if e.fn == "exp" else self.tanh_f32(args[0])
         name = {"fabs": "llvm.fabs", "fma": "llvm.fma"}.get(e.fn, f"llvm.{e.fn}")
         return self.b.call(self.intrinsic(name, [t], t, [t] * len(args)), args, fastmath=FAST)
+
+    def dot4(self, x: ll.Value, y: ll.Value, acc: ll.Value) -> ll.Value:
+        """acc + dot4_u8s8(x, y) per lane: VNNI's vpdpbusd on vectors of the widths the CPU has it
+        for (`features`), else four shifted byte products (any CPU, any width)."""
+        n = x.type.count if isinstance(x.type, ll.VectorType) else 0
+        widths = [w for w, need in ((16, {"avx512vnni"}), (8, {"avx512vnni", "avx512vl"}), (8, {"avxvnni"}),
+                                    (4, {"avx512vnni", "avx512vl"}), (4, {"avxvnni"})) if need <= self.features]
+        w = next((w for w in widths if n and n % w == 0), None)
+        if w is None:
+            b, total = self.b, acc
+            for s in (0, 8, 16, 24):
+                u = b.and_(b.lshr(x, self._splat(x.type, s)), self._splat(x.type, 255))
+                v = b.ashr(b.shl(y, self._splat(y.type, 24 - s)), self._splat(y.type, 24))
+                total = b.add(total, b.mul(u, v))
+            return total
+        vt = ll.VectorType(I32, w)
+        fn = self.declare(f"llvm.x86.avx512.vpdpbusd.{w * 32}", vt, [vt] * 3)
+        out = None
+        for k in range(0, n, w):
+            part = self.b.call(fn, [self._lanes(v, k, w) for v in (acc, x, y)])
+            if n == w:
+                return part
+            # the part widened to n lanes, then lanes [k, k + w) of the result taken from it
+            wide = self.b.shuffle_vector(part, ll.Constant(vt, ll.Undefined),
+                                         ll.Constant(ll.VectorType(I32, n), [j % w for j in range(n)]))
+            out = wide if out is None else self.b.shuffle_vector(
+                out, wide, ll.Constant(ll.VectorType(I32, n), [n + j if k <= j < k + w else j for j in range(n)]))
+        return out
+
+    def _lanes(self, v: ll.Value, start: int, w: int) -> ll.Value:
+        """Lanes [start, start + w) of vector `v` (itself if that is all of it)."""
+        if v.type.count == w:
+            return v
+        return self.b.shuffle_vector(v, ll.Constant(v.type, ll.Undefined),
+                                     ll.Constant(ll.VectorType(I32, w), list(range(start, start + w))))
 
     def _splat(self, t, value):
         if isinstance(t, ll.VectorType):

@@ -1,0 +1,117 @@
+"""Models quantized by onnxruntime's own tools (static QDQ with per-channel weights, static
+QOperator, dynamic) run through the ONNX frontend and match onnxruntime on the same file: every
+output within one quantization step of it; a quantized node tunekit does not read is named."""
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+
+import numpy as np
+import pytest
+from conftest import require
+
+import tunekit
+from tunekit.errors import ModelError
+
+onnx = require("onnx")
+ort = require("onnxruntime")
+quantization = require("onnxruntime.quantization")
+pytest.importorskip("llvmlite")   # the x86 target
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+RNG = np.random.default_rng(5)
+SHAPE = (1, 4, 6, 6)
+
+
+class _Calibration(quantization.CalibrationDataReader):
+    def __init__(self):
+        self.feeds = iter([{"x": RNG.standard_normal(SHAPE).astype(np.float32)} for _ in range(4)])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def _float_model(path: str) -> None:
+    """A small float32 model: Conv, Relu, a depthwise Conv added back (a residual), the global
+    average pool, Flatten, MatMul and Add (a linear layer)."""
+    nodes = [helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "dw.weight", "dw.bias"], ["d"], name="dw", pads=[1, 1, 1, 1], group=8),
+             helper.make_node("Add", ["r", "d"], ["s"], name="residual"),
+             helper.make_node("GlobalAveragePool", ["s"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "fc.weight"], ["m"], name="fc"),
+             helper.make_node("Add", ["m", "fc.bias"], ["y"], name="fc.add")]
+    inits = {"conv.weight": RNG.standard_normal((8, 4, 3, 3)) * 0.3, "conv.bias": RNG.standard_normal(8) * 0.1,
+             "dw.weight": RNG.standard_normal((8, 1, 3, 3)) * 0.3, "dw.bias": RNG.standard_normal(8) * 0.1,
+             "fc.weight": RNG.standard_normal((8, 5)), "fc.bias": RNG.standard_normal(5)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _quantized(tmp_path, how: str) -> str:
+    src, path = str(tmp_path / "float.onnx"), str(tmp_path / f"{how.replace(' ', '_')}.onnx")
+    _float_model(src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)   # its advice to pre-process the model first
+        try:
+            if how == "dynamic":
+                quantization.quantize_dynamic(src, path)
+            else:
+                fmt = quantization.QuantFormat.QDQ if how == "static QDQ" else quantization.QuantFormat.QOperator
+                quantization.quantize_static(src, path, _Calibration(), quant_format=fmt,
+                                             per_channel=how == "static QDQ")
+        finally:
+            logging.disable(logging.NOTSET)
+    return path
+
+
+@pytest.mark.parametrize("how,ops", [
+    ("static QDQ", {"QuantizeLinear", "DequantizeLinear"}),
+    ("static QOperator", {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMatMul"}),
+    ("dynamic", {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"})])
+def test_a_model_quantized_by_onnxruntime_matches_onnxruntime_within_one_quantization_step(tmp_path, how, ops):
+    path = _quantized(tmp_path, how)
+    model = onnx.load(path)
+    assert ops <= {n.op_type for n in model.graph.node}, "the quantizer wrote another form: the test reads nothing"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # no tuning records: default configs
+        net = tunekit.compile_model(path, target="x86")
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    scales = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    # one step of the output: the scale it is dequantized with (a dynamic model's output is float)
+    step = float(scales["y_scale"]) if "y_scale" in scales else 1e-5
+    for _ in range(3):
+        x = RNG.standard_normal(SHAPE).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        np.testing.assert_allclose(net(x)[0], want, rtol=1e-5, atol=step * 1.01)
+
+
+def test_a_quantized_node_tunekit_does_not_read_is_named_with_its_domain(tmp_path):
+    path = str(tmp_path / "sigmoid.onnx")
+    scalar = lambda name, v, t: numpy_helper.from_array(np.array(v, t), name)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+             helper.make_node("QLinearSigmoid", ["q", "s", "z", "s", "z"], ["qs"], name="sig", domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["qs", "s", "z"], ["y"], name="dq")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [scalar("s", 0.1, np.float32), scalar("z", 3, np.uint8)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.microsoft", 1)]), path)
+    with pytest.raises(ModelError, match=rf"^{re.escape(path)}: 1 node\(s\) of types tunekit does not read .*'sig' "
+                                         r"\(QLinearSigmoid, domain com.microsoft\)"):
+        tunekit.compile_model(path, target="x86")
+
+
+def test_tunekit_run_tells_a_quantized_output_s_difference_from_onnxruntime_in_steps(tmp_path, capsys):
+    from tunekit.cli import main as cli
+    path = _quantized(tmp_path, "static QDQ")
+    assert cli.main(["run", path, "--repeat", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    step = float(numpy_helper.to_array(next(t for t in onnx.load(path).graph.initializer if t.name == "y_scale")))
+    assert re.search(rf"output 'y' \(quantized, step {step:.3g}\): largest difference from onnxruntime "
+                     r"[01]\.\d\d steps; 0\.00% of its values differ by more than one step", out), out
