@@ -72,3 +72,19 @@ def test_x86_code_uses_vpdpbusd_where_the_cpu_has_vnni_and_a_portable_form_elsew
 def test_dot4_takes_int32_operands():
     with pytest.raises(TypeError, match="int32 expressions"):
         te.dot4_u8s8(te.placeholder((4,), "x")[0], 1)
+
+
+def test_the_portable_form_runs_on_arm_under_emulation():
+    import platform
+
+    from tunekit_plugins.targets.llvm import qemu
+    from tunekit_plugins.targets.llvm.cpu import ArmCpuTarget
+    if platform.machine().lower() in ("aarch64", "arm64") or qemu.missing():
+        pytest.skip(qemu.missing() or "an ARM host: the x86 tests cover the portable form")
+    target = ArmCpuTarget(ArmCpuTarget.Options(emulate=True))
+    a, b, want = _operands()
+    ts = tunekit.Task.from_compute(_product, {}, name="dot4").bind(target)
+    args = [tunekit.empty(shape, "int32") for shape in ((M, K4), (K4, N), (M, N))]
+    args[0][...], args[1][...] = a, b
+    target.load(target.build(ts.program(ts.space.default())))(*args)
+    assert np.array_equal(args[2], want)

@@ -23,13 +23,14 @@ def fuse_epilogues(graph: Graph) -> Graph:
     consts, uses, alias = dict(graph.constants), graph.uses(), {}
     nodes: list[Node] = []
     made: dict[str, Node] = {}          # tensor -> the node (of `nodes`) that writes it
+    at: dict[int, int] = {}             # id of a node of `nodes` -> its position (a lookup, not a scan)
 
     def const(key: str, value) -> str:
         consts[key] = np.ascontiguousarray(value, np.float32)
         return key
 
     def position(t: str) -> int:
-        return nodes.index(made[t]) if t in made else -1
+        return at[id(made[t])] if t in made else -1
 
     for node in graph.nodes:
         node = replace(node, inputs=[resolve(alias, i) for i in node.inputs])
@@ -41,7 +42,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
         pattern = call.pattern if call else ()
         ins = node.inputs if pattern[:1] == ("add",) else node.inputs[:1]
         cands = [f for i in ins if (f := made.get(i)) and not f.call and f.op in ANCHORS and uses.get(i) == 1]
-        f = max(cands, key=nodes.index, default=None)
+        f = max(cands, key=lambda c: at[id(c)], default=None)
         if f is not None and _fits(node, f, pattern, graph, consts, const, position):
             _renamed(made, f, node.output)
             continue
@@ -54,6 +55,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
                              const(f"{node.output}/shift:tunekit", old * k + shift)]
             _renamed(made, p, node.output)
             continue
+        at[id(node)] = len(nodes)
         nodes.append(node)
         made[node.output] = node
     return replace(graph, constants=consts, nodes=nodes, outputs=[resolve(alias, o) for o in graph.outputs])
