@@ -63,24 +63,28 @@ def _quantized(tmp_path, how: str) -> str:
                 quantization.quantize_dynamic(src, path)
             else:
                 fmt = quantization.QuantFormat.QDQ if how == "static QDQ" else quantization.QuantFormat.QOperator
-                quantization.quantize_static(src, path, _Calibration(), quant_format=fmt,
+                unsigned = quantization.QuantType.QUInt8 if "uint8" in how else quantization.QuantType.QInt8
+                quantization.quantize_static(src, path, _Calibration(), quant_format=fmt, activation_type=unsigned,
                                              per_channel=how == "static QDQ")
         finally:
             logging.disable(logging.NOTSET)
     return path
 
 
-@pytest.mark.parametrize("how,ops", [
-    ("static QDQ", {"QuantizeLinear", "DequantizeLinear"}),
-    ("static QOperator", {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMatMul"}),
-    ("dynamic", {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"})])
-def test_a_model_quantized_by_onnxruntime_matches_onnxruntime_within_one_quantization_step(tmp_path, how, ops):
+@pytest.mark.parametrize("how,ops,dot", [
+    ("static QDQ", {"QuantizeLinear", "DequantizeLinear"}, False),
+    ("static QOperator", {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMatMul"}, False),
+    ("static QOperator uint8", {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMatMul"}, True),
+    ("dynamic", {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"}, True)])
+def test_a_model_quantized_by_onnxruntime_matches_onnxruntime_within_one_quantization_step(tmp_path, how, ops, dot):
+    """`dot`: its product of uint8 data and int8 weights runs as qmatmul (the dot instruction)."""
     path = _quantized(tmp_path, how)
     model = onnx.load(path)
     assert ops <= {n.op_type for n in model.graph.node}, "the quantizer wrote another form: the test reads nothing"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # no tuning records: default configs
         net = tunekit.compile_model(path, target="x86")
+    assert ("qmatmul" in {n.op for n in net.graph.nodes}) == dot
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     scales = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     # one step of the output: the scale it is dequantized with (a dynamic model's output is float)

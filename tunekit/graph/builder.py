@@ -22,11 +22,11 @@ class GraphBuilder:
         self.nodes: list[Node] = []
         self.views: dict[str, tuple] = {}
 
-    def const(self, name: str, value) -> str:
-        """Add `value` as a float32 constant named after `name` ("{name}:tunekit"); return its name."""
+    def const(self, name: str, value, dtype: str = "float32") -> str:
+        """Add `value` as a constant of `dtype` named after `name` ("{name}:tunekit"); return its name."""
         key = f"{name}:tunekit"
-        self.constants[key] = np.ascontiguousarray(value, np.float32)
-        self.shapes[key], self.dtypes[key] = self.constants[key].shape, "float32"
+        self.constants[key] = np.ascontiguousarray(value, dtype)
+        self.shapes[key], self.dtypes[key] = self.constants[key].shape, dtype
         return key
 
     def add(self, node: Node, shape: tuple, dtype: str = "float32") -> None:

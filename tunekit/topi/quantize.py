@@ -33,7 +33,7 @@ def saturate(x: ir.Expr, dtype: str) -> ir.Expr:
     return ir.cast(ir.min_(ir.max_(x, lo), hi), dtype)
 
 
-def _quantized(value: ir.Expr, zero: ir.Expr, dtype: str) -> ir.Expr:
+def quantized(value: ir.Expr, zero: ir.Expr, dtype: str) -> ir.Expr:
     """Float `value` (the real value over the scale) rounded, plus `zero`, saturated to `dtype`: clamped
     first to just past the range, so that the int32 rounding never overflows."""
     lo, hi = RANGES[dtype]
@@ -60,7 +60,7 @@ def quantize(x: te.Tensor, scale: te.Tensor, zero: te.Tensor | None, axis: int, 
     if dtype not in ("int8", "uint8"):
         raise ArgumentError(f"it quantizes to {dtype}; int8 and uint8 are supported")
     s, z = _per(scale, x.shape, axis, "scale"), _per(zero, x.shape, axis, "zero point")
-    return te.compute(x.shape, lambda *i: _quantized(x[i] / s(i), z(i), dtype), name=name)
+    return te.compute(x.shape, lambda *i: quantized(x[i] / s(i), z(i), dtype), name=name)
 
 
 def dequantize(q: te.Tensor, scale: te.Tensor, zero: te.Tensor | None, axis: int, name: str) -> te.Tensor:
@@ -76,7 +76,7 @@ def requantize(acc: te.Tensor, multiplier: te.Tensor, zero: te.Tensor | None, ax
     multiplier) + zero), the bias, multiplier and zero point per tensor or per index of `axis`."""
     m, z = _per(multiplier, acc.shape, axis, "multiplier"), _per(zero, acc.shape, axis, "zero point")
     b = _per(bias, acc.shape, axis, "bias")
-    return te.compute(acc.shape, lambda *i: _quantized(ir.cast(acc[i] + b(i), "float32") * m(i), z(i), dtype),
+    return te.compute(acc.shape, lambda *i: quantized(ir.cast(acc[i] + b(i), "float32") * m(i), z(i), dtype),
                       name=name)
 
 
@@ -97,7 +97,7 @@ def dynamic_quantize(x: te.Tensor, name: str) -> list[te.Tensor]:
     scale = te.compute((), lambda: (ir.max_(top[()], 0.0) + ir.max_(low[()], 0.0)) / 255.0, name=f"{name}_scale")
     zero = te.compute((), lambda: saturate(round_even(ir.max_(low[()], 0.0) / scale[()]), "uint8"),
                       name=f"{name}_zero")
-    q = te.compute(x.shape, lambda *i: _quantized(x[i] / scale[()], zero[()], "uint8"), name=name)
+    q = te.compute(x.shape, lambda *i: quantized(x[i] / scale[()], zero[()], "uint8"), name=name)
     return [q, scale, zero]
 
 

@@ -5,6 +5,12 @@ and dynamic quantization (DynamicQuantizeLinear, MatMulInteger, ConvInteger). Pr
 accumulate in int32 and requantize with the multiplier scale_a * scale_b / scale_y."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
+from tunekit.graph import Node
+from tunekit.ops.qmatmul import pack_weights
 from tunekit.topi import quantize as q
 from tunekit.topi.layout import broadcast_shape
 
@@ -23,6 +29,34 @@ def infer(n, shapes: dict, dtypes: dict) -> None:
         shape = (*shapes[n.input[0]][:2], *(1 for _ in shapes[n.input[0]][2:]))
     shapes.setdefault(n.output[0], shape)
     dtypes.setdefault(n.output[0], dtypes[n.input[0]])
+
+
+def qmatmul_node(cv, n) -> Node | None:
+    """A MatMulInteger or QLinearMatMul of uint8 data (its zero point one value, constant or not) and
+    constant int8 weights [K, N] (K a multiple of 4, their zero point 0) as tunekit's `qmatmul` op on
+    the dot instruction, the weights in the op's layout with their column sums; else None (a te call)."""
+    q = n.op_type == "QLinearMatMul"
+    a, b = n.input[0], n.input[3 if q else 1]
+    a0, b0 = ((n.input[k] if len(n.input) > k else "") for k in ((2, 5) if q else (2, 3)))
+    w = cv.constants.get(b)
+    if (w is None or w.ndim != 2 or w.dtype != np.int8 or w.shape[0] % 4 or cv.dtypes.get(a) != "uint8"
+            or a0 and (cv.dtypes.get(a0) != "uint8" or math.prod(cv.shapes[a0]) != 1)
+            or b0 and (b0 not in cv.constants or cv.constants[b0].any())):
+        return None
+    (K, N), args = w.shape, {}
+    a0 = a0 or cv.const(f"{n.output[0]}/a0", 0, "uint8")
+    inputs = [a, cv.const(f"{b}/dot4", pack_weights(w), "int32"), cv.const(f"{b}/sums", w.astype(np.int32).sum(0),
+                                                                                "int32"), a0]
+    if q:
+        if not all(n.input[k] in cv.constants and cv.constants[n.input[k]].size in (1, N) for k in (1, 4, 6, 7)) \
+                or cv.constants[n.input[6]].size != 1 or cv.constants[n.input[7]].size != 1:
+            return None
+        sa, sb, sy = (cv.constants[n.input[k]].astype(np.float32).reshape(-1) for k in (1, 4, 6))
+        zy = cv.constants[n.input[7]]
+        inputs.append(cv.const(f"{n.output[0]}/scale", np.broadcast_to(sa * sb / sy, (N,))))
+        args = dict(out_dtype=str(zy.dtype), zero=int(zy.reshape(())))
+    M = int(np.prod(cv.shapes[a])) // K
+    return Node("qmatmul", dict(M=M, N=N, K=K, **args), inputs, n.output[0], n.name, n.op_type)
 
 
 def _opt(cx: NodeContext, k: int):

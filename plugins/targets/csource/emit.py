@@ -131,6 +131,11 @@ class KernelWriter:
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
         if isinstance(e, ir.Cast):
             return f"(({self.ctype(e.dtype)}){self.expr(e.a)})"
+        if isinstance(e, ir.Call) and e.fn == "dot4_u8s8":   # the four byte products, portably
+            a, b = (self.expr(x) for x in e.args)
+            u8, s8, i32 = (self.ctype(t) for t in ("uint8", "int8", "int32"))
+            return "(" + " + ".join(f"({i32})({u8})(({a}) >> {s}) * ({i32})({s8})(({b}) >> {s})"
+                                    for s in (0, 8, 16, 24)) + ")"
         if isinstance(e, ir.Call):
             return f"{self.d.call(e.fn, e.dtype)}({', '.join(self.expr(a) for a in e.args)})"
         raise BuildError(f"{self.d.name}: cannot emit expression {type(e).__name__}")

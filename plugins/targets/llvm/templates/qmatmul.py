@@ -1,0 +1,46 @@
+"""CPU qmatmul template (`tiled`): the int8 product on the dot instruction. A parallel loop over
+(row tile, column tile) pairs; each accumulates an mr x nv block of int32 in registers, nv a whole
+number of int32 vectors (where the CPU has VNNI, one vpdpbusd per vector and step of four k: the
+data's four bytes broadcast, the weights' four per column loaded as they lie), then writes it out
+less the zero point's part (requantized where the op asks)."""
+from __future__ import annotations
+
+from tunekit import Template, te
+from tunekit.ops.qmatmul import compute as qmatmul_compute
+
+from ._common import cdiv, registers, vectorize
+
+
+def qmatmul_tiled(cfg, device, M, N, K, dtype="uint8", out_dtype="int32", zero=0):
+    """qmatmul with a register-tiled accumulator block per task (see the module's doc)."""
+    *params, out = qmatmul_compute(M, N, K, dtype, out_dtype, zero)
+    s = te.create_schedule(out)
+    acc = next(st.op.output for st in s.stages if st.op.name == "qmm")
+    lanes = device.lanes("int32")
+    cfg.define_split("tile_m", M, num_outputs=2, filter=lambda v: v[1] <= 8)
+    cfg.define_split("tile_n", N, num_outputs=2, policy="power2",
+                     filter=lambda v: v[1] <= 4 * lanes and (v[1] % lanes == 0 or 2 * v[1] > min(N, lanes)))
+    cfg.define_split("tile_k", K // 4, num_outputs=2, filter=lambda v: v[1] <= 64)
+    # the accumulators fit the registers, with one for the weights and one for the broadcast data
+    cfg.constrain(lambda c: c["tile_m"][1] * cdiv(c["tile_n"][1], lanes) <= registers(device) - 2)
+    if M * N >= 64 * 64:
+        cfg.constrain(lambda c: c["tile_m"][0] * c["tile_n"][0] >= device.cores)
+
+    m, n = s[out].op.axis
+    mo, mi = cfg["tile_m"].apply(s, out, m)
+    no, ni = cfg["tile_n"].apply(s, out, n)
+    s[out].reorder(mo, no, mi, ni)
+    par = s[out].fuse(mo, no)
+    s[out].parallel(par)
+    vectorize(s, out, ni, lanes)
+    s[acc].compute_at(s[out], par)
+    am, an = s[acc].op.axis
+    (k,) = s[acc].op.reduce_axis
+    ko, ki = cfg["tile_k"].apply(s, acc, k)
+    s[acc].reorder(ko, ki, am, an)
+    s[acc].unroll(am)
+    vectorize(s, acc, an, lanes)
+    return s, [*params, out]
+
+
+TEMPLATES = [Template("qmatmul", "tiled", ("cpu",), qmatmul_tiled, priority=20)]

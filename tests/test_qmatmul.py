@@ -1,0 +1,69 @@
+"""qmatmul, the int8 product on the dot instruction: its computation and its numpy reference
+agree with a plain integer product (less the data's zero point, requantized or not), compiled for
+x86 through the generated space; where the CPU has VNNI the kernel uses vpdpbusd."""
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import tunekit
+from tunekit import te
+from tunekit.errors import ArgumentError
+from tunekit.ops.qmatmul import pack_weights, unpack
+
+llvm = pytest.importorskip("llvmlite.binding")
+from tunekit_plugins.targets.llvm.cpu import X86Target  # noqa: E402
+
+RNG = np.random.default_rng(7)
+M, N, K = 6, 48, 32
+
+
+def _inputs(out_dtype: str):
+    a8, b8 = RNG.integers(0, 256, (M, K)).astype(np.uint8), RNG.integers(-128, 128, (K, N)).astype(np.int8)
+    a0 = np.array(131, np.uint8)
+    acc = (a8.astype(np.int64) - 131) @ b8.astype(np.int64)
+    ins = [a8.view(np.int32), pack_weights(b8), b8.astype(np.int32).sum(0).astype(np.int32), a0]
+    if out_dtype == "int32":
+        return ins, acc.astype(np.int32)
+    scale = np.full(N, 2e-4, np.float32)
+    return [*ins, scale], np.clip(np.rint(acc.astype(np.float32) * scale) + 5, -128, 127).astype(np.int8)
+
+
+def test_weights_pack_into_the_instructions_layout_and_back():
+    a8, b8 = RNG.integers(0, 256, (3, 8)).astype(np.uint8), RNG.integers(-128, 128, (8, 5)).astype(np.int8)
+    packed = pack_weights(b8)
+    assert packed.shape == (2, 5) and packed.dtype == np.int32
+    assert packed[1, 2].tobytes() == b8[4:8, 2].tobytes()   # the four k of a column in one int32
+    assert all(np.array_equal(x, y) for x, y in zip(unpack(a8.view(np.int32), packed), (a8, b8)))
+
+
+@pytest.mark.parametrize("out_dtype", ["int32", "int8"])
+def test_qmatmul_computes_the_integer_product_less_the_zero_point(out_dtype):
+    args = dict(M=M, N=N, K=K, out_dtype=out_dtype, **({"zero": 5} if out_dtype == "int8" else {}))
+    task = tunekit.Task("qmatmul", args)
+    ins, want = _inputs(out_dtype)
+    assert np.array_equal(task.op.reference(*ins, **task.args)[0], want)
+    assert np.array_equal(te.evaluate(task.op.compute(**task.args), ins)[0], want)
+    target = X86Target()
+    ts = task.bind(target)
+    features = llvm.get_host_cpu_features()
+    for index in [ts.space.default(), *(int(i) for i in RNG.integers(0, ts.space.size, 2))]:
+        program = ts.program(index)
+        if (features.get("avx512vnni") or features.get("avxvnni")) and \
+                re.search(r"range\((16|32|48)\):  # vectorized\n.*dot4_u8s8", str(program)):
+            assert "vpdpbusd" in target.assembly(program)
+        arrays = [tunekit.empty(x.shape, x.dtype) for x in [*ins, want]]
+        for array, value in zip(arrays, ins):
+            array[...] = value
+        target.load(target.build(program))(*arrays)
+        assert np.array_equal(arrays[-1], want), f"config {index}"
+
+
+def test_qmatmul_takes_k_in_fours():
+    with pytest.raises(ArgumentError, match="K = 30 is not a multiple of 4"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tunekit.Task("qmatmul", dict(M=2, N=8, K=30))
