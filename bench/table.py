@@ -78,7 +78,24 @@ def matmul_row(doc: dict) -> list[str]:
             f"{f['trials_per_task']} ({f['model']} + {f['explorer']}, {how})"]
 
 
-ROWS = {"e2e": e2e_row, "matmul": matmul_row}
+def int8_matmul_rows(doc: dict) -> list[list[str]]:
+    """A row per shape: tunekit's qmatmul against onnxruntime's MatMulInteger (and both float32s)."""
+    f = doc["figures"]
+    rows = []
+    for shape, d in f["shapes"].items():
+        s = d["seconds"]
+        go = lambda t, d=d: (f"{d['ops'] / t['median'] / 1e9:.0f} GOPS ({d['ops'] / t['max'] / 1e9:.0f}-"
+                             f"{d['ops'] / t['min'] / 1e9:.0f})")
+        rows.append([f"int8 matmul {shape} (uint8 x int8, int32 out)", go(s["tunekit int8"]),
+                     "; ".join(f"{k} {go(s[k])}" for k in ("onnxruntime int8", "tunekit float32",
+                                                            "onnxruntime float32")),
+                     f"{ratio(s['onnxruntime int8'], s['tunekit int8'])} onnxruntime int8; "
+                     f"{ratio(s['tunekit float32'], s['tunekit int8'])} tunekit float32",
+                     f"{f['trials_per_task']} a task, {f['trials_this_run']} this run"])
+    return rows
+
+
+ROWS = {"e2e": e2e_row, "matmul": matmul_row, "int8_matmul": int8_matmul_rows}
 
 
 def run_line(key: str, doc: dict) -> str:
@@ -100,8 +117,10 @@ def table(docs: dict) -> str:
     for name in names:
         doc = docs[name]
         label, _ = runs.setdefault((doc["command"], doc["run_started"]), (f"{chr(ord('A') + len(runs))}", doc))
-        what, *after = ROWS[name.split("-", 1)[0]](doc)
-        rows.append([what + "".join(f" (after {n.replace('-', ' ')})" for n in name.split("@")[1:]), *after, label])
+        made = ROWS[name.split("-", 1)[0]](doc)
+        for what, *after in made if isinstance(made[0], list) else [made]:
+            rows.append([what + "".join(f" (after {n.replace('-', ' ')})" for n in name.split("@")[1:]), *after,
+                         label])
     head = ["| benchmark | tunekit | baseline | ratio | trials behind it | run |", "|---|---|---|---|---|---|"]
     return "\n".join([BEGIN, "Runs:", *(run_line(k, d) for k, d in runs.values()), "", *head,
                       *("| " + " | ".join(r) + " |" for r in rows), END])
