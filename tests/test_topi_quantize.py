@@ -103,3 +103,10 @@ def test_conv_integer_pads_with_the_zero_point(group, stride):
                 patch = xp[0, c0:c0 + cg, i * stride:i * stride + 3, j * stride:j * stride + 3]
                 want[0, k, i, j] = (patch * w[k].astype(np.int64)).sum()
     assert np.array_equal(got, want)
+
+
+def test_to_unsigned_adds_128_to_int8_data():
+    x = np.arange(-128, 128, dtype=np.int8).reshape(16, 16)
+    X = te.placeholder(x.shape, "x", "int8")
+    got = _run(lambda: [X, q.to_unsigned(X, "u")], [x])[0]
+    assert got.dtype == np.uint8 and np.array_equal(got, (x.astype(np.int32) + 128).astype(np.uint8))

@@ -87,6 +87,12 @@ def multiplier(scale_a: te.Tensor, scale_b: te.Tensor, scale_y: te.Tensor, n: in
     return te.compute((n,), lambda c: at[0]((c,)) * at[1]((c,)) / at[2]((c,)), name=name)
 
 
+def to_unsigned(x: te.Tensor, name: str) -> te.Tensor:
+    """Return int8 `x` as uint8, 128 more (its bits with the sign bit flipped): the data of the
+    unsigned-by-signed dot instruction, its zero point 128 more too."""
+    return te.compute(x.shape, lambda *i: ir.cast(ir.cast(x[i], "int32") + 128, "uint8"), name=name)
+
+
 def dynamic_quantize(x: te.Tensor, name: str) -> list[te.Tensor]:
     """Return uint8 `x`, its scale and its zero point, chosen from x's range (which always holds 0):
     scale = (max - min) / 255, zero = saturate(round(-min / scale)) (ONNX's DynamicQuantizeLinear)."""

@@ -20,7 +20,7 @@ from . import lower_conv_transpose, lower_lstm
 from .anchors import Anchors
 from .context import ONNX_DTYPES, NodeContext, attrs_of
 from .load import check_dtypes, load, node_name
-from .lower_quantized import MICROSOFT, qmatmul_node
+from .lower_quantized import MICROSOFT, qmatmul_nodes
 from .lowerings import KINDS, LOWERINGS
 
 ANCHORS = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool"}
@@ -110,8 +110,10 @@ class _Converter(GraphBuilder):
     def _add(self, n) -> None:
         if n.op_type in ANCHORS and (node := self.anchors.make(n)) is not None:
             return self.add(node, self.shapes[n.output[0]])
-        if n.op_type in ("MatMulInteger", "QLinearMatMul") and (node := qmatmul_node(self, n)) is not None:
-            return self.add(node, self.shapes[n.output[0]], self.dtypes[n.output[0]])
+        if n.op_type in ("MatMulInteger", "QLinearMatMul") and (nodes := qmatmul_nodes(self, n)) is not None:
+            for node in nodes:
+                self.add(node, self.shapes[node.output], self.dtypes[node.output])
+            return None
         if n.op_type == "LSTM":
             return lower_lstm.expand(self, n)
         if n.op_type == "ConvTranspose" and lower_conv_transpose.applies(self, n):

@@ -31,32 +31,41 @@ def infer(n, shapes: dict, dtypes: dict) -> None:
     dtypes.setdefault(n.output[0], dtypes[n.input[0]])
 
 
-def qmatmul_node(cv, n) -> Node | None:
-    """A MatMulInteger or QLinearMatMul of uint8 data (its zero point one value, constant or not) and
-    constant int8 weights [K, N] (K a multiple of 4, their zero point 0) as tunekit's `qmatmul` op on
-    the dot instruction, the weights in the op's layout with their column sums; else None (a te call)."""
-    q = n.op_type == "QLinearMatMul"
-    a, b = n.input[0], n.input[3 if q else 1]
-    a0, b0 = ((n.input[k] if len(n.input) > k else "") for k in ((2, 5) if q else (2, 3)))
-    w = cv.constants.get(b)
-    if (w is None or w.ndim != 2 or w.dtype != np.int8 or w.shape[0] % 4 or cv.dtypes.get(a) != "uint8"
-            or a0 and (cv.dtypes.get(a0) != "uint8" or math.prod(cv.shapes[a0]) != 1)
-            or b0 and (b0 not in cv.constants or cv.constants[b0].any())):
+def qmatmul_nodes(cv, n) -> list[Node] | None:
+    """A MatMulInteger or QLinearMatMul of 8-bit data (its zero point one value: constant, or for uint8
+    data also computed) and constant int8 weights [K, N] (K a multiple of 4, their zero point 0) as
+    tunekit's `qmatmul` op on the dot instruction, the weights in the op's layout with their column
+    sums; int8 data is read as uint8 (128 more, and so its zero point) through a te call before it.
+    None where it is not such a product (then it is a te call)."""
+    qlinear = n.op_type == "QLinearMatMul"
+    a, b = n.input[0], n.input[3 if qlinear else 1]
+    a0, b0 = ((n.input[k] if len(n.input) > k else "") for k in ((2, 5) if qlinear else (2, 3)))
+    w, signed = cv.constants.get(b), cv.dtypes.get(a) == "int8"
+    if (w is None or w.ndim != 2 or w.dtype != np.int8 or w.shape[0] % 4 or cv.dtypes.get(a) not in ("uint8", "int8")
+            or a0 and (cv.dtypes.get(a0) != cv.dtypes[a] or math.prod(cv.shapes[a0]) != 1
+                       or signed and a0 not in cv.constants)
+            or b0 and (b0 not in cv.constants or cv.constants[b0].any())
+            or qlinear and not (all(n.input[k] in cv.constants for k in (1, 4, 6, 7)) and cv.constants[n.input[4]].size
+                          in (1, w.shape[1]) and all(cv.constants[n.input[k]].size == 1 for k in (1, 6, 7)))):
         return None
-    (K, N), args = w.shape, {}
+    (K, N), args, nodes = w.shape, {}, []
+    if signed:   # uint8 data: 128 more (the int8 value's bits with the sign bit flipped)
+        shift = int(cv.constants[a0].reshape(())) + 128 if a0 else 128
+        a0 = cv.const(f"{n.output[0]}/a0", shift, "uint8")
+        cv.shapes[f"{a}/u8"], cv.dtypes[f"{a}/u8"] = cv.shapes[a], "uint8"
+        nodes.append(cv.te_call("Cast", f"{n.name or n.output[0]}_u8", [a], [f"{a}/u8"], 0, {},
+                                lambda cx: [q.to_unsigned(cx.tensor(0), ident(cx.name))]))
+        a = f"{a}/u8"
     a0 = a0 or cv.const(f"{n.output[0]}/a0", 0, "uint8")
     inputs = [a, cv.const(f"{b}/dot4", pack_weights(w), "int32"), cv.const(f"{b}/sums", w.astype(np.int32).sum(0),
                                                                                 "int32"), a0]
-    if q:
-        if not all(n.input[k] in cv.constants and cv.constants[n.input[k]].size in (1, N) for k in (1, 4, 6, 7)) \
-                or cv.constants[n.input[6]].size != 1 or cv.constants[n.input[7]].size != 1:
-            return None
+    if qlinear:
         sa, sb, sy = (cv.constants[n.input[k]].astype(np.float32).reshape(-1) for k in (1, 4, 6))
         zy = cv.constants[n.input[7]]
         inputs.append(cv.const(f"{n.output[0]}/scale", np.broadcast_to(sa * sb / sy, (N,))))
         args = dict(out_dtype=str(zy.dtype), zero=int(zy.reshape(())))
-    M = int(np.prod(cv.shapes[a])) // K
-    return Node("qmatmul", dict(M=M, N=N, K=K, **args), inputs, n.output[0], n.name, n.op_type)
+    M = int(np.prod(cv.shapes[n.input[0]])) // K
+    return [*nodes, Node("qmatmul", dict(M=M, N=N, K=K, **args), inputs, n.output[0], n.name, n.op_type)]
 
 
 def _opt(cx: NodeContext, k: int):
