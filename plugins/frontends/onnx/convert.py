@@ -10,8 +10,6 @@ them: `tunekit.deploy.plan`):
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tunekit.errors import ModelError
 from tunekit.graph import Graph, Node, TeCall, resolve
 from tunekit.graph.builder import GraphBuilder
@@ -73,9 +71,9 @@ def convert(path: str) -> Graph:
               if n.op_type == "Gather" and resolve(source, n.input[1]) in inputs}
     graph = cv.graph(inputs, [o.name for o in g.output], bounds)
     # an output dequantized with one scale: its step (a quantized model's accuracy is told in steps)
-    graph.output_steps = {n.output[0]: float(cv.constants[n.input[1]].reshape(-1)[0]) for n in g.node
+    graph.output_steps = {n.output[0]: float(cv.constants[n.input[1]].reshape(())) for n in g.node
                           if n.op_type == "DequantizeLinear" and n.output[0] in graph.outputs
-                          and cv.constants.get(n.input[1], np.zeros(2)).size == 1}
+                          and n.input[1] in cv.constants and cv.constants[n.input[1]].size == 1}
     return graph
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from tunekit.graph import Node
 from tunekit.ops.qmatmul import pack_weights
+from tunekit.topi import elementwise, reduce
 from tunekit.topi import quantize as q
 from tunekit.topi.layout import broadcast_shape
 
@@ -107,7 +108,6 @@ def _qlinear_matmul(cx: NodeContext) -> list:
 
 def _qlinear_add(cx: NodeContext) -> list:
     """C = quantize(dequantize(A) + dequantize(B)), A and B broadcast."""
-    from tunekit.topi import elementwise
     name = ident(cx.name)
     a = q.dequantize(cx.tensor(0), cx.tensor(1), _opt(cx, 2), 1, f"{name}_a")
     b = q.dequantize(cx.tensor(3), cx.tensor(4), _opt(cx, 5), 1, f"{name}_b")
@@ -117,7 +117,6 @@ def _qlinear_add(cx: NodeContext) -> list:
 
 def _qlinear_global_average_pool(cx: NodeContext) -> list:
     """y = quantize(mean over the pixels of dequantize(x)) (channels first)."""
-    from tunekit.topi import reduce
     if cx.attr("channels_last", 0):
         raise cx.fail("channels_last=1 is not supported (NCHW only)")
     x, name = cx.tensor(0), ident(cx.name)
