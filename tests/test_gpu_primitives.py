@@ -68,7 +68,7 @@ def test_shared_local_threads_match_numpy(shape):
             loops.append(node)
             self.generic_visit(node)
     V().visit(p.body)
-    tags = [lp.thread_tag for lp in loops if lp.kind == ir.THREAD]
+    tags = [lp.tag for lp in loops if lp.kind == ir.THREAD]
     # the copy stages' thread loops merge into the launch's: each tag is bound once
     assert sorted(tags) == ["blockIdx.x", "blockIdx.y", "threadIdx.x", "threadIdx.y"]
 

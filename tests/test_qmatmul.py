@@ -11,7 +11,8 @@ import pytest
 
 import tunekit
 from tunekit import te
-from tunekit.errors import ArgumentError
+from tunekit.errors import ArgumentError, BuildError
+from tunekit.ir import interp
 from tunekit.ops.qmatmul import pack_weights, unpack
 
 llvm = pytest.importorskip("llvmlite.binding")
@@ -67,3 +68,72 @@ def test_qmatmul_takes_k_in_fours():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tunekit.Task("qmatmul", dict(M=2, N=8, K=30))
+
+
+AMX = {"amx-tile", "amx-int8"} <= {f for f, on in llvm.get_host_cpu_features().items() if on}
+
+
+def _tiles_task(target, M=32, N=64, K=128):
+    """A qmatmul whose space offers AMX tiles wherever `target`'s device has them."""
+    return tunekit.Task("qmatmul", dict(M=M, N=N, K=K)).bind(target)
+
+
+@pytest.mark.skipif(not AMX, reason="the CPU has no AMX tiles (amx-tile, amx-int8)")
+def test_amx_configs_run_the_product_on_tiles_and_match_the_reference():
+    target = X86Target()
+    assert target.device().extra["tiles"] == "amx"
+    ts = _tiles_task(target)
+    M, N, K = 32, 64, 128
+    a8, b8 = RNG.integers(0, 256, (M, K)).astype(np.uint8), RNG.integers(-128, 128, (K, N)).astype(np.int8)
+    ins = [a8.view(np.int32), pack_weights(b8), b8.astype(np.int32).sum(0).astype(np.int32), np.array(9, np.uint8)]
+    want = ((a8.astype(np.int64) - 9) @ b8.astype(np.int64)).astype(np.int32)
+    tiled = [i for i in range(ts.space.size) if ts.space.valid(i) and ts.space.get(i)["amx"]]
+    assert tiled
+    for index in tiled[::max(1, len(tiled) // 6)]:
+        program = ts.program(index)
+        assert "tensorized amx" in str(program)
+        asm = target.assembly(program)
+        assert "tdpbusd" in asm and "ldtilecfg" in asm
+        arrays = [tunekit.empty(x.shape, x.dtype) for x in [*ins, want]]
+        for array, value in zip(arrays, ins):
+            array[...] = value
+        target.load(target.build(program))(*arrays)
+        assert np.array_equal(arrays[-1], want), f"config {index}"
+        # the interpreter runs the same nest as plain loops
+        plain = [*ins, np.zeros_like(want)]
+        interp.run(program, *plain)
+        assert np.array_equal(plain[-1], want)
+
+
+def test_a_cpu_without_amx_offers_no_tiles_and_refuses_to_build_them():
+    plain = X86Target(X86Target.Options(mcpu="skylake-avx512"))
+    assert "tiles" not in plain.device().extra
+    ts = _tiles_task(plain)
+    assert {ts.space.get(i)["amx"] for i in range(ts.space.size)} == {0}
+    A, B = te.placeholder((32, 32), "A", "int32"), te.placeholder((32, 32), "B", "int32")
+    k = te.reduce_axis(32, "k")
+    C = te.compute((32, 32), lambda i, j: te.sum(te.dot4_u8s8(A[i, k], B[k, j]), axis=k), name="C")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    s[C].reorder(k, i, j)
+    s[C].tensorize(k, "amx")
+    program = te.lower(s, [A, B, C])
+    with pytest.raises(BuildError, match="lacks amx-int8, amx-tile"):
+        plain.build(program)
+
+
+def test_a_nest_that_is_not_a_tile_product_is_refused_by_name():
+    A, B = te.placeholder((32, 32), "A", "int32"), te.placeholder((32, 24), "B", "int32")
+    k = te.reduce_axis(32, "k")
+    C = te.compute((32, 24), lambda i, j: te.sum(te.dot4_u8s8(A[i, k], B[k, j]), axis=k), name="C")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    s[C].reorder(k, i, j)
+    s[C].tensorize(k, "amx")
+    target = X86Target()
+    with pytest.raises(BuildError, match=r"multiples of 16: j \(24\)"):
+        target.build(te.lower(s, [A, B, C]))
+    s2 = te.create_schedule(C)
+    s2[C].tensorize(s2[C].op.axis[0], "amx")      # the reduction's init sits inside: not one update
+    with pytest.raises(BuildError, match="is not three nested loops"):
+        target.build(te.lower(s2, [A, B, C]))

@@ -27,7 +27,7 @@ class _PyPrinter(Printer):
         self.in_threads = False
 
     def stmt(self, s, ind, out):
-        if isinstance(s, n.For) and s.kind == n.THREAD and (s.thread_tag or "").startswith("threadIdx") \
+        if isinstance(s, n.For) and s.kind == n.THREAD and (s.tag or "").startswith("threadIdx") \
                 and not self.in_threads:
             return self._threads(s, ind, out)
         if isinstance(s, n.Allocate) and s.buffer.scope == "shared" and self.in_threads:
@@ -44,7 +44,7 @@ class _PyPrinter(Printer):
     def _threads(self, s: n.For, ind: int, out: list[str]) -> None:
         pad = "  " * ind
         loops, body = [], s
-        while isinstance(body, n.For) and body.kind == n.THREAD and (body.thread_tag or "").startswith("threadIdx"):
+        while isinstance(body, n.For) and body.kind == n.THREAD and (body.tag or "").startswith("threadIdx"):
             loops.append(body)
             body = body.body
         out += [f"{pad}{self.name(b)} = [0] * {b.size}" for b in _shared_buffers(body)]

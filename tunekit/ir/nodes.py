@@ -164,19 +164,21 @@ class Stmt:
         return stmt_str(self)
 
 
-SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD = "serial", "parallel", "vectorized", "unrolled", "thread"
+SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD, TENSORIZED = \
+    "serial", "parallel", "vectorized", "unrolled", "thread", "tensorized"
 
 
 @dataclass(eq=False, repr=False)
 class For(Stmt):
     """`for var in range(extent)`. kind: serial | parallel (across cores) |
-    vectorized (SIMD lanes) | unrolled | thread (bound to `thread_tag`, e.g.
-    "blockIdx.x", "threadIdx.y", "vthread"). The loop starts at 0."""
+    vectorized (SIMD lanes) | unrolled | thread (bound to the GPU axis `tag`, e.g.
+    "blockIdx.x", "threadIdx.y", "vthread") | tensorized (the nest from here inward runs as the
+    target's instruction `tag`, e.g. "amx"; as plain loops where nothing knows it). The loop starts at 0."""
     var: Var
     extent: int
     kind: str
     body: Stmt
-    thread_tag: str | None = None
+    tag: str | None = None
 
 
 @dataclass(eq=False, repr=False)

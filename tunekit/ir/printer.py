@@ -76,7 +76,7 @@ class Printer:
         elif isinstance(s, n.For):
             tag = ""
             if s.kind != n.SERIAL and not self.python:
-                tag = f"  # {s.kind}" + (f" {s.thread_tag}" if s.thread_tag else "")
+                tag = f"  # {s.kind}" + (f" {s.tag}" if s.tag else "")
             out.append(f"{pad}for {self.name(s.var)} in range({s.extent}):{tag}")
             self.stmt(s.body, ind + 1, out)
         elif isinstance(s, n.Store):

@@ -122,6 +122,12 @@ class Stage:
             raise ScheduleError(f"{self.op.name}.bind: unknown GPU axis {thread_tag!r} (one of {sorted(valid)})")
         self._annotate(iv, ir.THREAD, thread_tag)
 
+    def tensorize(self, iv: IterVar, instruction: str) -> None:
+        """Run the loop nest from `iv` inward as one `instruction` of the target (e.g. "amx": int8
+        matrix tiles). The target's code generator checks that the nest is one it can run so, and
+        says why where it is not; other targets run the nest as plain loops."""
+        self._annotate(iv, ir.TENSORIZED, instruction)
+
     def compute_at(self, parent: Stage, iv: IterVar) -> None:
         """Compute this stage inside loop `iv` of `parent`, just the region it needs."""
         parent._check_leaf(iv)

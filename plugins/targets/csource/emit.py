@@ -39,11 +39,11 @@ def launch_extents(stmt: ir.Stmt) -> dict[str, int]:
     ext: dict[str, int] = {}
 
     def walk(s, open_tags):
-        if isinstance(s, ir.For) and s.kind == ir.THREAD and s.thread_tag != "vthread":
-            if s.thread_tag in open_tags:
-                raise BuildError(f"loop {s.var.name} is bound to {s.thread_tag} inside another loop bound to it")
-            ext[s.thread_tag] = max(ext.get(s.thread_tag, 0), s.extent)
-            open_tags = open_tags | {s.thread_tag}
+        if isinstance(s, ir.For) and s.kind == ir.THREAD and s.tag != "vthread":
+            if s.tag in open_tags:
+                raise BuildError(f"loop {s.var.name} is bound to {s.tag} inside another loop bound to it")
+            ext[s.tag] = max(ext.get(s.tag, 0), s.extent)
+            open_tags = open_tags | {s.tag}
         for c in ir.children(s):
             if isinstance(c, ir.Stmt):
                 walk(c, open_tags)
@@ -218,8 +218,8 @@ class KernelWriter:
 
     def loop(self, s: ir.For, ind: int) -> None:
         v, n = s.var, s.extent
-        if s.kind == ir.THREAD and s.thread_tag != "vthread":
-            tag, full = s.thread_tag, self.launch[s.thread_tag]
+        if s.kind == ir.THREAD and s.tag != "vthread":
+            tag, full = s.tag, self.launch[s.tag]
             self.line(ind, "{")
             self.line(ind + 1, f"const {self.idx_t} {self.name(v)} = {self.d.builtin(tag)};")
             self.ranges[v] = (0, n - 1)
@@ -243,7 +243,7 @@ class KernelWriter:
             return
         if s.kind == ir.VECTORIZED and self.vector_loop(s, ind):
             return
-        if (s.kind in (ir.UNROLLED, ir.VECTORIZED) or s.thread_tag == "vthread") \
+        if (s.kind in (ir.UNROLLED, ir.VECTORIZED) or s.tag == "vthread") \
                 and not _contains(s.body, lambda x: isinstance(x, ir.Barrier)):   # PoCL miscompiles those
             self.line(ind, "#pragma unroll")
         self.ranges[v] = (0, n - 1)

@@ -7,7 +7,7 @@ carries the `contract` fast-math flag (and `reassoc` on the combine of a
 reduction), so LLVM may form FMAs and vectorize reductions, as DESIGN allows.
 Expressions are emitted by `expressions.py`, vectorized loops as explicit
 `<n x T>` code (`vectorize.py`); parallel loops are outlined and run on libgomp
-(`parallel.py`).
+(`parallel.py`); tensorized ones run on AMX tiles (`tiles.py`).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from llvmlite import ir as ll
 from tunekit import ir
 from tunekit.errors import BuildError
 
-from . import parallel, vectorize
+from . import parallel, tiles, vectorize
 from .expressions import ExpressionEmitter
 from .support import (
     I64,
@@ -180,6 +180,8 @@ class Codegen(ExpressionEmitter):
             del self.vars[s.var]
         elif s.kind == ir.PARALLEL and not self.in_parallel and s.extent > 1:
             parallel.emit(self, s)
+        elif s.kind == ir.TENSORIZED:
+            tiles.emit(self, s)
         elif s.kind == ir.VECTORIZED and vectorize.plan(s) is None:
             vectorize.emit(self, s)
         else:

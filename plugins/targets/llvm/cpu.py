@@ -27,6 +27,7 @@ from tunekit.errors import BuildError, TunekitError
 from .kernels import KernelArgumentError, KernelLoadError, call_kernel  # noqa: F401  (the errors: for users)
 
 _X86 = ("x86_64", "amd64")
+AMX = frozenset({"amx-tile", "amx-int8"})    # the CPU features a kernel tensorized as "amx" needs
 _ARM = ("aarch64", "arm64")
 
 
@@ -114,7 +115,10 @@ class _CpuTarget(tunekit.Target):
 
     def _device_extra(self) -> dict:
         """What else the device fingerprint hashes."""
-        return {"triple": self.triple()}
+        extra = {"triple": self.triple()}
+        if AMX <= self.features():
+            extra["tiles"] = "amx"      # templates may tensorize int8 products (`tiles.py`)
+        return extra
 
     def target_machine(self):
         """The llvmlite TargetMachine this target compiles with (cached)."""
@@ -177,7 +181,7 @@ class _CpuTarget(tunekit.Target):
         obj = tm.emit_object(mod)
         meta = {"llvm_ir": text, "triple": self.triple(), "cpu": cpu, "features": features,
                 "params": [(b.name, tuple(b.shape), b.dtype) for b in program.params],
-                "parallel": '@"GOMP_parallel"' in text}
+                "parallel": '@"GOMP_parallel"' in text, "amx": "llvm.x86.tdpbusd" in text}
         return tunekit.Artifact(target=self.name, entry=program.name, data=bytes(obj), meta=meta)
 
     def assembly(self, program: ir.Program) -> str:
@@ -326,6 +330,15 @@ class ArmCpuTarget(_CpuTarget):
 # -- loading -------------------------------------------------------------------------
 
 _ENGINES: OrderedDict = OrderedDict()
+@functools.cache
+def _amx_permission() -> None:
+    """Ask Linux for the AMX tile state, which it gives a process only on request (once)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(158, 0x1023, 18) != 0:      # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
+        raise KernelLoadError(f"Linux refused this process the AMX tile state (errno {ctypes.get_errno()}), "
+                              "which a kernel tensorized as 'amx' needs")
+
+
 _ENGINES_MAX = 64
 _LOCK = threading.Lock()
 
@@ -354,6 +367,8 @@ def _load(artifact: tunekit.Artifact) -> Callable[..., None]:
             why = _gomp()
             if why and artifact.meta.get("parallel"):
                 raise KernelLoadError(f"cannot load {artifact.entry}: its parallel loops need {why}")
+            if artifact.meta.get("amx"):
+                _amx_permission()
             llvm = _llvm()
             # the engine owns (and frees) its target machine: give it its own
             tm = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine()

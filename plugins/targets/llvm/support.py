@@ -69,9 +69,9 @@ def check_supported(program: ir.Program) -> None:
 
         def visit_For(self, node):
             if node.kind == ir.THREAD:
-                raise BuildError(f"{program.name}: loop {node.var.name} is bound to {node.thread_tag}; "
+                raise BuildError(f"{program.name}: loop {node.var.name} is bound to {node.tag}; "
                                  "GPU thread loops cannot be built for a CPU target")
-            if node.kind not in (ir.SERIAL, ir.PARALLEL, ir.VECTORIZED, ir.UNROLLED):
+            if node.kind not in (ir.SERIAL, ir.PARALLEL, ir.VECTORIZED, ir.UNROLLED, ir.TENSORIZED):
                 raise BuildError(f"{program.name}: unknown loop kind {node.kind!r} on {node.var.name}")
             self.generic_visit(node)
 

@@ -1,8 +1,11 @@
 """CPU qmatmul template (`tiled`): the int8 product on the dot instruction. A parallel loop over
-(row tile, column tile) pairs; each accumulates an mr x nv block of int32 in registers, nv a whole
-number of int32 vectors (where the CPU has VNNI, one vpdpbusd per vector and step of four k: the
-data's four bytes broadcast, the weights' four per column loaded as they lie), then writes it out
-less the zero point's part (requantized where the op asks)."""
+(row tile, column tile) pairs; each accumulates its block of int32, then writes it out less the
+zero point's part (requantized where the op asks). The block is either an mr x nv tile in vector
+registers (nv a whole number of int32 vectors; where the CPU has VNNI, one vpdpbusd per vector
+and step of four k: the data's four bytes broadcast, the weights' four per column loaded as they
+lie) or, where the CPU has AMX tiles and the knob `amx` picks them, 16 x 16 tiles: the reduction
+tensorized as "amx" in k blocks of `tile_k`. The weights' layout (four k of a column per int32)
+is both instructions' own."""
 from __future__ import annotations
 
 from tunekit import Template, te
@@ -12,17 +15,23 @@ from ._common import cdiv, registers, vectorize
 
 
 def qmatmul_tiled(cfg, device, M, N, K, dtype="uint8", out_dtype="int32", zero=0):
-    """qmatmul with a register-tiled accumulator block per task (see the module's doc)."""
+    """qmatmul with an accumulator block per task, in registers or AMX tiles (see the module's doc)."""
     *params, out = qmatmul_compute(M, N, K, dtype, out_dtype, zero)
     s = te.create_schedule(out)
     acc = next(st.op.output for st in s.stages if st.op.name == "qmm")
     lanes = device.lanes("int32")
-    cfg.define_split("tile_m", M, num_outputs=2, filter=lambda v: v[1] <= 8)
+    tiles = device.extra.get("tiles") == "amx" and M % 16 == N % 16 == (K // 4) % 16 == 0
+    cfg.define_knob("amx", [0, 1] if tiles else [0])
+    in_tiles = lambda v: tiles and v[1] % 16 == 0
+    cfg.define_split("tile_m", M, num_outputs=2, filter=lambda v: v[1] <= 8 or in_tiles(v) and v[1] <= 128)
     cfg.define_split("tile_n", N, num_outputs=2, policy="power2",
-                     filter=lambda v: v[1] <= 4 * lanes and (v[1] % lanes == 0 or 2 * v[1] > min(N, lanes)))
-    cfg.define_split("tile_k", K // 4, num_outputs=2, filter=lambda v: v[1] <= 64)
-    # the accumulators fit the registers, with one for the weights and one for the broadcast data
-    cfg.constrain(lambda c: c["tile_m"][1] * cdiv(c["tile_n"][1], lanes) <= registers(device) - 2)
+                     filter=lambda v: (v[1] <= 4 * lanes and (v[1] % lanes == 0 or 2 * v[1] > min(N, lanes)))
+                     or in_tiles(v) and v[1] <= 256)
+    cfg.define_split("tile_k", K // 4, num_outputs=2, filter=lambda v: v[1] <= 64 or in_tiles(v))
+    # registers: the accumulators, with one for the weights and one for the broadcast data; tiles: whole ones
+    cfg.constrain(lambda c: c["tile_m"][1] * cdiv(c["tile_n"][1], lanes) <= registers(device) - 2
+                  and c["tile_k"][1] <= 64 if c["amx"] == 0 else
+                  all(c[k][1] % 16 == 0 for k in ("tile_m", "tile_n", "tile_k")))
     if M * N >= 64 * 64:
         cfg.constrain(lambda c: c["tile_m"][0] * c["tile_n"][0] >= device.cores)
 
@@ -38,8 +47,11 @@ def qmatmul_tiled(cfg, device, M, N, K, dtype="uint8", out_dtype="int32", zero=0
     (k,) = s[acc].op.reduce_axis
     ko, ki = cfg["tile_k"].apply(s, acc, k)
     s[acc].reorder(ko, ki, am, an)
-    s[acc].unroll(am)
-    vectorize(s, acc, an, lanes)
+    if cfg["amx"]:
+        s[acc].tensorize(ki, "amx")
+    else:
+        s[acc].unroll(am)
+        vectorize(s, acc, an, lanes)
     return s, [*params, out]
 
 
