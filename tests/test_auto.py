@@ -3,6 +3,7 @@ computations (hypothesis), scheduled by the CPU and GPU rules; random configs of
 each generated space lowered and run in the reference interpreter match numpy."""
 import platform
 import random
+import re
 
 import numpy as np
 import pytest
@@ -282,3 +283,30 @@ def test_a_strided_blocked_depthwise_reads_its_padding_in_place():
     assert any("pad" in a for a in allocations(ts.program(kinds[False])))   # the check can fail
     for index in kinds.values():
         interpreted_and_compiled(ts, index, tgt)
+
+
+def test_a_whole_tensor_reduction_runs_in_vectors_untuned_and_a_scalar_of_inputs_inlines():
+    """Dynamic quantization's range (a reduction to a scalar) is split per vector lane in the
+    default config; a scalar computed from inputs only (a product of scales) inlines as before."""
+    from tunekit.topi import quantize
+
+    def build():
+        x, s = te.placeholder((6, 32), "x"), te.placeholder((), "s")
+        q, scale, zero = quantize.dynamic_quantize(x, "q")
+        both = te.compute((), lambda: s[()] * scale[()], name="both")
+        return [x, s, q, te.compute((6, 32), lambda i, j: ir_cast(q[i, j]) * both[()], name="out")]
+
+    def reference(x, s):
+        scale = (max(x.max(), 0) - min(x.min(), 0)) / 255.0
+        zero = np.clip(np.rint(-min(x.min(), 0) / scale), 0, 255)
+        q = np.clip(np.rint(x / scale) + zero, 0, 255).astype(np.uint8)
+        return [q, (q.astype(np.float32) * (s * np.float32(scale))).astype(np.float32)]
+
+    def ir_cast(v):
+        return tunekit.ir.cast(v, "float32")
+    op = op_of("dynq", build, reference, outputs=2)
+    check_configs(op, {}, AVX512, n=3, seed=4)
+    template, space = auto_template(op), ConfigSpace()
+    template.fn(space, AVX512)
+    text = str(te.lower(*template.fn(space.get(space.default()), AVX512)))
+    assert re.search(r"# vectorized\n\s+q_max_rf\[", text) and re.search(r"# vectorized\n\s+q_negmin_rf\[", text)

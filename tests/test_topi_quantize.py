@@ -6,9 +6,12 @@ import warnings
 
 import numpy as np
 import pytest
+from tunekit_plugins.targets.csource import emit
+from tunekit_plugins.targets.opencl.target import OpenCLTarget
 
 import tunekit
 from tunekit import te
+from tunekit.ir import interp
 from tunekit.topi import quantize as q
 
 pytest.importorskip("llvmlite")   # the x86 target
@@ -110,3 +113,26 @@ def test_to_unsigned_adds_128_to_int8_data():
     X = te.placeholder(x.shape, "x", "int8")
     got = _run(lambda: [X, q.to_unsigned(X, "u")], [x])[0]
     assert got.dtype == np.uint8 and np.array_equal(got, (x.astype(np.int32) + 128).astype(np.uint8))
+
+
+def test_rint_rounds_ties_to_even_in_numpy_the_interpreter_and_compiled_code():
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4999, -3.7, 7.0, 1e6 + 0.5], np.float32)
+    want = np.rint(x)
+    X = te.placeholder(x.shape, "x")
+    R = te.compute(x.shape, lambda i: te.rint(X[i]), name="r")
+    assert np.array_equal(te.evaluate([X, R], [x])[0], want)
+    program = te.lower(te.create_schedule(R), [X, R], "rint")
+    out = np.zeros_like(x)
+    interp.run(program, x, out)
+    assert np.array_equal(out, want)
+    assert np.array_equal(_run(lambda: [X, R], [x])[0], want)
+    s = te.create_schedule(R)
+    bx, tx = s[R].split(R.op.axis[0], 5)
+    s[R].bind(bx, "blockIdx.x")
+    s[R].bind(tx, "threadIdx.x")
+    gpu = te.lower(s, [X, R], "rounded")
+    assert "rintf(x[" in emit(gpu, "cuda").code and "rint(x[" in emit(gpu, "opencl").code
+    if OpenCLTarget.available() is None:   # PoCL on this CPU, or a GPU
+        out = np.zeros_like(x)
+        OpenCLTarget().load(OpenCLTarget().build(gpu))(x, out)
+        assert np.array_equal(out, want)

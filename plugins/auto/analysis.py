@@ -39,7 +39,7 @@ def inline_injective(s, outputs, keep=()) -> None:
     outs = {t.op for t in outputs}
     for st in s.stages:
         if st.op not in outs and st not in keep and not st.op.reduce_axis and \
-                not (st.op.output.shape == () and any(t.op.reduce_axis for t in st.op.inputs)):
+                not (st.op.output.shape == () and any(getattr(t.op, "reduce_axis", ()) for t in st.op.inputs)):
             st.compute_inline()
 
 

@@ -198,7 +198,9 @@ class Rules(RuleSet):
         without reuse read by its first axes) computed per row inside its row loop."""
         cfg, dev = self.cfg, self.device
         axes = list(st.op.axis)
-        if not axes:
+        if not axes:   # a scalar: a reduction over all of a tensor (its range, for dynamic quantization)
+            if st.op.reduce_axis:
+                self.statistic(st)
             return
         lanes = dev.lanes(st.op.output.dtype)
         rows = max((len(p.op.axis) for p in stats), default=0)
@@ -227,9 +229,9 @@ class Rules(RuleSet):
         st.vectorize(v)
         self.done.add(st)
 
-    def statistic(self, p, st, row) -> None:
-        """Reduction `p` computed for one row of `st` inside its `row` loop, split per
-        vector lane along a contiguous reduction axis (a knob)."""
+    def statistic(self, p, st=None, row=None) -> None:
+        """Reduction `p` computed for one row of `st` inside its `row` loop (or at the root),
+        split per vector lane along a contiguous reduction axis (a knob)."""
         cfg, s = self.cfg, self.s
         lanes = self.device.lanes(p.op.output.dtype)
         counts = contiguous_axis(s, p.op)
@@ -237,15 +239,19 @@ class Rules(RuleSet):
         rk = self.knob(f"rf_{p.op.name}")
         opts = [0] + ([u * lanes for u in (1, 2, 4) if ks and ks[-1].extent % (u * lanes) == 0])
         cfg.define_knob(rk, opts)
+        if st is None:   # at the root: in vectors, untuned too (a row's reduction may be too short to gain)
+            cfg.prefer(**{rk: opts[-1]})
         if cfg[rk]:
             rf = s.rfactor(p.op.output, ks[-1], cfg[rk])
             rfs = s[rf]
-            rfs.compute_at(st, row)
             *sp, lane = rfs.op.axis
             rfs.reorder(*sp, *rfs.op.reduce_axis, lane)
             rfs.vectorize(lane)
             self.done.add(rfs)
-        p.compute_at(st, row)
+            if st is not None:
+                rfs.compute_at(st, row)
+        if st is not None:
+            p.compute_at(st, row)
         self.done.add(p)
 
     def reduce_root(self, st, axes) -> None:

@@ -103,8 +103,8 @@ def run(program: n.Program, *arrays: np.ndarray) -> None:
     """Execute `program` on numpy arrays (params order), writing outputs in place."""
     if len(arrays) != len(program.params):
         raise ValueError(f"{program.name} takes {len(program.params)} arrays, got {len(arrays)}")
-    ns = {"math": math, "_fma": _fma, "_dot4_u8s8": dot4_u8s8, "inf": math.inf, "nan": math.nan,
-          "_run_threads": _run_threads}
+    ns = {"math": math, "_fma": _fma, "_rint": lambda x: float(round(x)), "_dot4_u8s8": dot4_u8s8,
+          "inf": math.inf, "nan": math.nan, "_run_threads": _run_threads}
     exec(compile(compile_python(program), f"<tunekit.ir.interp {program.name}>", "exec"), ns)
     lists = [np.ravel(a).tolist() for a in arrays]
     ns["kernel"](*lists)

@@ -23,6 +23,7 @@ from .tensor import (  # noqa: F401
     max,
     placeholder,
     reduce_axis,
+    rint,
     sqrt,
     sum,
     tanh,

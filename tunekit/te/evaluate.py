@@ -27,7 +27,7 @@ _BIN = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "/
         "%": np.mod, "min": np.minimum, "max": np.maximum, "<": np.less, "<=": np.less_equal,
         ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
         "and": np.logical_and, "or": np.logical_or}
-_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs,
+_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs, "rint": np.rint,
          "fma": lambda a, b, c: a * b + c, "dot4_u8s8": dot4_u8s8}
 _REDUCE: dict[str, Callable[..., np.ndarray]] = {"sum": np.sum, "max": np.max}
 

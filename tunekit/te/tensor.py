@@ -194,7 +194,7 @@ def _intrinsic(fn: str, nargs: int = 1):
     return call
 
 
-exp, log, sqrt, tanh, fabs = (_intrinsic(f) for f in ("exp", "log", "sqrt", "tanh", "fabs"))
+exp, log, sqrt, tanh, fabs, rint = (_intrinsic(f) for f in ("exp", "log", "sqrt", "tanh", "fabs", "rint"))
 fma = _intrinsic("fma", 3)
 
 

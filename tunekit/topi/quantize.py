@@ -18,13 +18,8 @@ RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-2 ** 31, 2 ** 31 - 
 
 
 def round_even(x: ir.Expr) -> ir.Expr:
-    """Return float expression `x` rounded half to even, as an int32 expression (|x| < 2**31): its
-    truncation, moved one away from zero where the rest is over a half, or a half with the
-    truncation odd (casts, compares and selects: every target has them, vectorized too)."""
-    t = ir.cast(x, "int32")
-    rest = te.fabs(x - ir.cast(t, x.dtype))
-    away = ir.select(rest > 0.5, 1, ir.select(ir.eq(rest, 0.5), t % 2, 0))   # t % 2: 0 or 1 (floored)
-    return t + ir.select(x < 0.0, -away, away)
+    """Return float expression `x` rounded half to even, as an int32 expression (|x| < 2**31)."""
+    return ir.cast(te.rint(x), "int32")
 
 
 def saturate(x: ir.Expr, dtype: str) -> ir.Expr:

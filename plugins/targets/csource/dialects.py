@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from tunekit.errors import BuildError
 
-_FLOAT_FNS = {"exp", "log", "sqrt", "tanh", "fabs", "fma"}
+_FLOAT_FNS = {"exp", "log", "sqrt", "tanh", "fabs", "rint", "fma"}
 
 
 class Dialect:

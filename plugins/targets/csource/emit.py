@@ -329,7 +329,7 @@ class KernelWriter:
             return id(e) in hoisted
         if isinstance(e, ir.BinOp) and (e.op in _ARITH or e.op in ("min", "max")) and e.dtype.startswith("float"):
             return self._native(e.a, v, hoist) and self._native(e.b, v, hoist)
-        if isinstance(e, ir.Call) and e.fn in ("fma", "exp", "log", "sqrt", "tanh", "fabs"):
+        if isinstance(e, ir.Call) and e.fn in ("fma", "exp", "log", "sqrt", "tanh", "fabs", "rint"):
             return all(self._native(a, v, hoist) for a in e.args)
         return False
 

@@ -13,7 +13,7 @@ I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
 VOID = ll.VoidType()
 FAST = ("contract",)
-INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "tanh": 1, "fabs": 1, "fma": 3, "dot4_u8s8": 2}
+INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "tanh": 1, "fabs": 1, "rint": 1, "fma": 3, "dot4_u8s8": 2}
 _FLOATS = {"float16": ll.HalfType(), "float32": ll.FloatType(), "float64": ll.DoubleType()}
 
 
