@@ -11,6 +11,7 @@ tunekit's tuned network's with both after).
                         [--layouts rule|search]
                         [--stages 16,64] [--rounds 3]
     python bench/e2e.py --nets bert,gpt2 [--quick]
+    python bench/e2e.py --precision int8 --nets resnet18,mobilenet_v2,bert [--quick]
 
 
 The networks are the paper's five, examples/networks.py's (torch.nn modules with seeded
@@ -31,6 +32,14 @@ skipped), and for the transformers `pip install transformers onnxscript`.
 Tuning resumes from bench/results/e2e/ (xgboost + annealing, the network's tasks
 weighted by their counts, each task over every template that serves it).
 PyTorch runs in processes of its own only: the tuner's process never imports it.
+
+With --precision int8, each network is quantized by onnxruntime's own tools (examples/
+quantized_nets.py: the CNNs statically, QDQ, per-channel, calibrated on seeded inputs; BERT and
+GPT-2 dynamically) and tunekit on the quantized file runs against onnxruntime on the same file,
+onnxruntime on the float32 file and tunekit's float32 (its databases shared with the float32
+runs), without PyTorch; the report adds the accuracy: each side's largest difference from
+onnxruntime's int8 output and from the float32 output, in quantization steps where the output is
+quantized.
 """
 from __future__ import annotations
 
@@ -56,22 +65,23 @@ from common import (
     write_result,
 )
 from networks import NETS, SIZED  # numpy only: PyTorch is imported by what calls for it
+from quantized_nets import quantize
 from transformer_nets import SIZES as TRANSFORMERS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_NETS = (*NETS, *TRANSFORMERS)   # the nets defined as torch.nn modules
 
 
-def feeds(net: str, size: int) -> dict:
+def feeds(net: str, size: int, seed: int = 0) -> dict:
     """The network's seeded inputs by name (examples/networks.py's `inputs`; small_net's image "x")."""
     import networks
     import numpy as np
     if net == "small_net":
-        return {"x": np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)}
+        return {"x": np.random.default_rng(seed).standard_normal((1, 3, size, size)).astype(np.float32)}
     if net in TRANSFORMERS:
         import transformer_nets
-        return transformer_nets.inputs(net)
-    return networks.inputs(net, size)
+        return transformer_nets.inputs(net, seed)
+    return networks.inputs(net, size, seed)
 
 
 def write_net(net: str, path: str, size: int, torch: bool) -> str:
@@ -86,6 +96,30 @@ def write_net(net: str, path: str, size: int, torch: bool) -> str:
     if net not in SIZED:   # PyTorch only, a fixed input size
         return getattr(networks, net)(path)
     return getattr(networks, net)(path, size=size, exporter="torch" if torch else "onnx")
+
+
+def quantize_net(net: str, src: str, dst: str, size: int) -> str:
+    """Write the network quantized as --precision int8 says (see the module's doc)."""
+    return quantize(src, dst, None if net in TRANSFORMERS else lambda seed: feeds(net, size, seed))
+
+
+def int8_accuracy(outputs: dict, steps: dict, name: str) -> str:
+    """Each int8 output's largest difference from onnxruntime's int8 one and from the float32 one (in
+    quantization steps where `steps` has the output's); asserts that tunekit's difference from
+    onnxruntime is no larger than quantizing itself makes (onnxruntime int8 against float32)."""
+    import numpy as np
+    step = steps.get(name)
+    unit = (lambda d: f"{d / step:.2f} steps") if step else (lambda d: f"{d:.3g}")
+    diff = lambda a, b: float(np.abs(outputs[a].astype(np.float64) - outputs[b]).max())
+    to_ort, quant = diff("tunekit", "onnxruntime"), diff("onnxruntime", "onnxruntime-float32")
+    assert to_ort <= max(quant, 1.01 * (step or 0)), f"tunekit's int8 output is {to_ort:.3g} off onnxruntime's"
+    line = (f"output {name!r} (max |output| {float(np.abs(outputs['onnxruntime-float32']).max()):.3g}): tunekit "
+            f"int8 against onnxruntime int8 {unit(to_ort)}")
+    if step:
+        share = float(np.mean(np.abs(outputs["tunekit"].astype(np.float64) - outputs["onnxruntime"]) > 1.01 * step))
+        line += f" ({share:.2%} of values more than one step)"
+    return (line + f"; against float32: tunekit int8 {unit(diff('tunekit', 'onnxruntime-float32'))}, "
+            f"onnxruntime int8 {unit(quant)}")
 
 
 def _compiled(path: str, db: str | None):
@@ -205,6 +239,8 @@ def main() -> None:
     ap.add_argument("--layouts", choices=("rule", "search"), default="rule",
                     help="search: also tune each layer in the other channel blocks it may take, the compiled "
                          "network's blocks picked per tensor by the records (the graph tuner)")
+    ap.add_argument("--precision", choices=("float32", "int8"), default="float32",
+                    help="int8: the networks quantized by onnxruntime (see above)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "e2e"), help="databases and ONNX files")
     ap.add_argument("--results", default=RESULTS, help="where the figures' JSON files go (the README's: default)")
     a = ap.parse_args()
@@ -223,9 +259,10 @@ def main() -> None:
     print("\n".join(facts["baselines"]))
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
-    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch, a.layouts, facts, a.results) for net in nets}
+    curves = {net: bench(net, a.size, a.out, stages, a.rounds, has_torch, a.layouts, facts, a.results, a.precision)
+              for net in nets}
     print(f"\nwhole benchmark: {time.monotonic() - t0:.0f} s; machine load now {load_now()}")
-    plot(curves, os.path.join(a.out, f"e2e_{a.size}.png"))
+    plot(curves, os.path.join(a.out, f"e2e_{'' if a.precision == 'float32' else a.precision + '_'}{a.size}.png"))
 
 
 def _ms(r) -> str:
@@ -234,21 +271,30 @@ def _ms(r) -> str:
 
 
 def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: bool,
-          layouts: str, facts: dict, results: str = RESULTS) -> dict:
+          layouts: str, facts: dict, results: str = RESULTS, precision: str = "float32") -> dict:
     """Tune and time one network; write its figures to bench/results/e2e-<tag>.json. Returns the curve."""
     import tunekit
     started = time.time()
-    torch_side = has_torch and net in TORCH_NETS
+    exported = has_torch and net in TORCH_NETS   # the float32 file written by PyTorch from its module
+    torch_side = exported and precision == "float32"
     tag = f"{net}_{size}" if net in (*SIZED, "small_net") else net   # names its file and databases
-    path = in_process(write_net, net, os.path.join(out, f"{tag}.onnx"), size, torch_side)
+    path = in_process(write_net, net, os.path.join(out, f"{tag}.onnx"), size, exported)
     x = feeds(net, size)
     print(f"\n{net}: " + ", ".join(f"{k} {list(v.shape)} {v.dtype}" for k, v in x.items())
-          + ("" if torch_side else " (no PyTorch module: onnxruntime and tunekit only)"))
+          + ("" if torch_side else f" ({'int8' if precision == 'int8' else 'no PyTorch module'}: onnxruntime and "
+                                   "tunekit only)"))
     if torch_side:   # the module and the file hold the same network, else the comparison means nothing
         print("  " + check({"onnxruntime": in_process(ort_output, path, x),
                             "pytorch": in_process(torch_output, net, x)}, "onnxruntime"))
     sides = {"tunekit": None, "onnxruntime": (ort_times, (path, x))}
-    if net in TRANSFORMERS:
+    tuned = {"tunekit": (path, tag)}   # side -> (the file tunekit runs, its databases' name)
+    if precision == "int8":
+        qpath = in_process(quantize_net, net, path, os.path.join(out, f"{tag}_int8.onnx"), size)
+        print(f"  quantized by onnxruntime: {'dynamically' if net in TRANSFORMERS else 'static QDQ, per-channel'}")
+        tuned = {"tunekit": (qpath, f"{tag}_int8"), "tunekit-float32": (path, tag)}
+        sides = {"tunekit": None, "onnxruntime": (ort_times, (qpath, x)),
+                 "onnxruntime-float32": (ort_times, (path, x)), "tunekit-float32": None}
+    elif net in TRANSFORMERS:
         opt = os.path.join(out, f"{tag}_ortopt.onnx")
         print("  onnxruntime's transformer optimizer: " + in_process(ort_optimized, path, opt, net))
         print("  " + check({"onnxruntime": in_process(ort_output, path, x),
@@ -257,35 +303,38 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
     if torch_side:
         sides["pytorch"] = (torch_times, (net, x))
     points = {side: [] for side in sides}
-    t_tune, db, done = 0.0, None, 0
-    figures = {"net": net, "tag": tag, "rounds": rounds, "layouts": layouts, "stages": []}
+    t_tune, dbs, done = 0.0, dict.fromkeys(tuned), 0
+    name = tuned["tunekit"][1]
+    figures = {"net": net, "tag": name, "precision": precision, "rounds": rounds, "layouts": layouts, "stages": []}
     if net in TRANSFORMERS:
         import transformer_nets
         figures["flops"] = transformer_nets.flops(net)
     for trials in (0, *stages):
-        if trials:
+        for side, (file, dbname) in tuned.items() if trials else ():
             # each stage tunes on in its own copy of the previous stage's database (resumable, and
             # the latency after 8 trials is measured on the records of 8 trials, not of the last stage)
-            db, before = os.path.join(out, f"{tag}.t{trials}.db"), db
+            db, before = os.path.join(out, f"{dbname}.t{trials}.db"), dbs[side]
             if before is not None and not os.path.exists(db):
                 copy_database(before, db)
+            dbs[side] = db
             t0 = time.monotonic()
-            states = tunekit.tune([{"model": path, "layouts": layouts}], target="x86", model="xgboost",
+            states = tunekit.tune([{"model": file, "layouts": layouts}], target="x86", model="xgboost",
                                   explorer="annealing", trials=trials, database=db, tuning={"batch_size": 8})
-            t_tune += time.monotonic() - t0
             tasks = per_task(states)
-            done += sum(t.done for t in tasks)
-            known = sum(len(t.trials) for t in tasks)
-            print(f"  tuned to {trials} trials per task: {sum(t.done for t in tasks)} trials this run, "
-                  f"{sum(len(t.trials) for t in tasks)} known, over {len(tasks)} tasks ({len(states)} task-templates) "
-                  f"in {time.monotonic() - t0:.0f} s (a resumed run measures only what is missing); "
-                  f"tuning so far {t_tune:.0f} s")
-        sides["tunekit"] = (tunekit_times, (path, db, x))
+            print(f"  {side}: tuned to {trials} trials per task: {sum(t.done for t in tasks)} trials this run, "
+                  f"{sum(len(t.trials) for t in tasks)} known, over {len(tasks)} tasks ({len(states)} "
+                  f"task-templates) in {time.monotonic() - t0:.0f} s (a resumed run measures only what is missing)")
+            if side == "tunekit":
+                t_tune += time.monotonic() - t0
+                done += sum(t.done for t in tasks)
+                known, n_tasks = sum(len(t.trials) for t in tasks), len(tasks)
+        for side, (file, _) in tuned.items():
+            sides[side] = (tunekit_times, (file, dbs[side], x))
         r = alternate(sides, rounds)
         # the trials behind the figure: this run's (all stages so far) and all the database knows; a run
         # whose database held nothing before it is from scratch
         figures["stages"].append({"trials_per_task": trials, "tuning_s": round(t_tune, 1),
-                                  **({"tasks": len(tasks), "trials_this_run": done, "trials_known": known,
+                                  **({"tasks": n_tasks, "trials_this_run": done, "trials_known": known,
                                       "from_scratch": known == done} if trials else {}),
                                   "seconds": {k: v.as_dict()
                                               for k, v in r.items() if v}})
@@ -298,15 +347,21 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
         if net in TRANSFORMERS:
             import transformer_nets
             gf = transformer_nets.flops(net) / 1e9
-            speed.append(f"{gf / tk:.0f} GFLOPS ({gf:.1f} GFLOP a run; onnxruntime "
-                         f"{gf / min(r['onnxruntime'][0], r['onnxruntime-optimized'][0]):.0f} at its faster)")
+            ort = min(r[k][0] for k in ("onnxruntime", "onnxruntime-optimized") if k in r)
+            speed.append(f"{gf / tk:.0f} G{'OPS' if precision == 'int8' else 'FLOPS'} effective ({gf:.1f} "
+                         f"GFLOP a run; onnxruntime {gf / ort:.0f})")
         print(f"  latency after {trials:3d} trials/task, median of {rounds} rotating rounds (min-max): "
               f"tunekit {_ms(r['tunekit'])}, {', '.join(vs)}: tunekit is {', '.join(speed)}")
-    model = _compiled(path, db)
-    outs = {"onnxruntime": in_process(ort_output, path, x), "tunekit": model(**x)[0]}
-    if torch_side:
-        outs["pytorch"] = in_process(torch_output, net, x)
-    figures["check"] = check(outs, "onnxruntime")
+    file, db = tuned["tunekit"][0], dbs["tunekit"]
+    model = _compiled(file, db)
+    outs = {"onnxruntime": in_process(ort_output, file, x), "tunekit": model(**x)[0]}
+    if precision == "int8":
+        outs["onnxruntime-float32"] = in_process(ort_output, path, x)
+        figures["check"] = int8_accuracy(outs, model.graph.output_steps, model.graph.outputs[0])
+    else:
+        if torch_side:
+            outs["pytorch"] = in_process(torch_output, net, x)
+        figures["check"] = check(outs, "onnxruntime")
     print("  tuned: " + figures["check"])
     rows = model.profile(repeat=20)
     total = sum(r["seconds"] for r in rows)
@@ -321,7 +376,7 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
           f"{statistics.median(run_times(model, x)) * 1e3:.3f} ms")
     from tunekit.cli.run import matmul_share
     print(f"  {matmul_share(rows)}")
-    print(f"  figures: {write_result(f'e2e-{tag}', facts, figures, started, results)}")
+    print(f"  figures: {write_result(f'e2e-{name}', facts, figures, started, results)}")
     return points
 
 
@@ -345,7 +400,8 @@ def plot(curves: dict, png: str) -> None:
         print("(install matplotlib for the latency curve PNG)")
         return
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), squeeze=False)
-    styles = {"tunekit": "o-", "onnxruntime": "s--", "onnxruntime-optimized": "d--", "pytorch": "^:"}
+    styles = {"tunekit": "o-", "onnxruntime": "s--", "onnxruntime-optimized": "d--", "pytorch": "^:",
+              "onnxruntime-float32": "x--", "tunekit-float32": "v-"}
     for ax, (net, points) in zip(axes[0], curves.items()):
         for side, pts in points.items():
             xs, ys = zip(*pts)

@@ -56,13 +56,18 @@ def e2e_row(doc: dict) -> list[str]:
     f = doc["figures"]
     first, last = f["stages"][0], f["stages"][-1]
     s = last["seconds"]
-    bases = [k for k in ("onnxruntime", "onnxruntime-optimized", "pytorch") if k in s]
-    name = NETS.get(f["tag"], f["tag"])
+    bases = [k for k in ("onnxruntime", "onnxruntime-optimized", "pytorch", "onnxruntime-float32", "tunekit-float32")
+             if k in s]
+    precision = f.get("precision", "float32")
+    name = NETS.get(f["tag"].removesuffix(f"_{precision}"), f["tag"])
     if "flops" in f:
-        name += f", {f['flops'] / s['tunekit']['median'] / 1e9:.0f} GFLOPS"
+        name += f", {f['flops'] / s['tunekit']['median'] / 1e9:.0f} G{'OPS' if precision == 'int8' else 'FLOPS'}"
     untuned = (f"; untuned {first['seconds']['onnxruntime']['median'] / first['seconds']['tunekit']['median']:.2f}x "
                "onnxruntime" if first["trials_per_task"] == 0 and first is not last else "")
     side = {"pytorch": "PyTorch"}
+    if precision != "float32":   # the quantized file's sides, then the float32 file's
+        name += f", {precision}"
+        side.update({"tunekit": f"tunekit {precision}", "onnxruntime": f"onnxruntime {precision}"})
     return [name, ms(s["tunekit"]), "; ".join(f"{side.get(k, k)} {ms(s[k])}" for k in bases),
             "; ".join(f"{ratio(s[k], s['tunekit'])} {side.get(k, k)}" for k in bases) + untuned, trials(last)]
 
