@@ -324,9 +324,9 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
             print(f"  {side}: tuned to {trials} trials per task: {sum(t.done for t in tasks)} trials this run, "
                   f"{sum(len(t.trials) for t in tasks)} known, over {len(tasks)} tasks ({len(states)} "
                   f"task-templates) in {time.monotonic() - t0:.0f} s (a resumed run measures only what is missing)")
-            if side == "tunekit":
+            if side == "tunekit":   # the stages share one run (a task list keys it): done counts them all
                 t_tune += time.monotonic() - t0
-                done += sum(t.done for t in tasks)
+                done = sum(t.done for t in tasks)
                 known, n_tasks = sum(len(t.trials) for t in tasks), len(tasks)
         for side, (file, _) in tuned.items():
             sides[side] = (tunekit_times, (file, dbs[side], x))
