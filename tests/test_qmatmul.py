@@ -88,7 +88,7 @@ def test_amx_configs_run_the_product_on_tiles_and_match_the_reference():
     ins = [a8.view(np.int32), pack_weights(b8), b8.astype(np.int32).sum(0).astype(np.int32), np.array(9, np.uint8)]
     want = ((a8.astype(np.int64) - 9) @ b8.astype(np.int64)).astype(np.int32)
     tiled = [i for i in range(ts.space.size) if ts.space.valid(i) and ts.space.get(i)["amx"]]
-    assert tiled
+    assert tiled and ts.space.default() in tiled   # untuned too: tiles
     for index in tiled[::max(1, len(tiled) // 6)]:
         program = ts.program(index)
         assert "tensorized amx" in str(program)

@@ -31,9 +31,13 @@ def qmatmul_tiled(cfg, device, M, N, K, dtype="uint8", out_dtype="int32", zero=0
     # registers: the accumulators, with one for the weights and one for the broadcast data; tiles: whole ones
     cfg.constrain(lambda c: c["tile_m"][1] * cdiv(c["tile_n"][1], lanes) <= registers(device) - 2
                   and c["tile_k"][1] <= 64 if c["amx"] == 0 else
-                  all(c[k][1] % 16 == 0 for k in ("tile_m", "tile_n", "tile_k")))
+                  all(c[k][1] % 16 == 0 for k in ("tile_m", "tile_n", "tile_k")) and N % c["tile_n"][1] == 0)
     if M * N >= 64 * 64:
         cfg.constrain(lambda c: c["tile_m"][0] * c["tile_n"][0] >= device.cores)
+    if tiles:   # untuned: tiles, blocks of up to 128 rows and 256 columns, k whole
+        m = max(f for f in range(16, min(M, 128) + 1, 16) if M % f == 0)
+        n = max(f for f in (16, 32, 64, 128, 256) if N % f == 0)
+        cfg.prefer(amx=1, tile_m=(M // m, m), tile_n=(N // n, n), tile_k=(1, K // 4))
 
     m, n = s[out].op.axis
     mo, mi = cfg["tile_m"].apply(s, out, m)
