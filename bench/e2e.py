@@ -12,6 +12,7 @@ tunekit's tuned network's with both after).
                         [--stages 16,64] [--rounds 3]
     python bench/e2e.py --nets bert,gpt2 [--quick]
     python bench/e2e.py --precision int8 --nets resnet18,mobilenet_v2,bert [--quick]
+    python bench/e2e.py --precision bf16 --nets bert [--quick]
 
 
 The networks are the paper's five, examples/networks.py's (torch.nn modules with seeded
@@ -39,7 +40,10 @@ GPT-2 dynamically) and tunekit on the quantized file runs against onnxruntime on
 onnxruntime on the float32 file and tunekit's float32 (its databases shared with the float32
 runs), without PyTorch; the report adds the accuracy: each side's largest difference from
 onnxruntime's int8 output and from the float32 output, in quantization steps where the output is
-quantized.
+quantized. With --precision bf16, tunekit compiles the float32 file with precision "bf16"
+(matmuls of constant weights on bfloat16 data and weights, float32 accumulation) against
+onnxruntime and tunekit on the same float32 file; the report adds the largest difference of
+each from onnxruntime's output, relative to its largest value.
 """
 from __future__ import annotations
 
@@ -122,13 +126,13 @@ def int8_accuracy(outputs: dict, steps: dict, name: str) -> str:
             f"onnxruntime int8 {unit(quant)}")
 
 
-def _compiled(path: str, db: str | None):
+def _compiled(path: str, db: str | None, precision: str = "float32"):
     import warnings
 
     import tunekit
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the fallback warning: expected before tuning
-        return tunekit.compile_model(path, target="x86", database=db)
+        return tunekit.compile_model(path, target="x86", database=db, precision=precision)
 
 
 def run_times(net, x: dict) -> list[float]:
@@ -136,8 +140,8 @@ def run_times(net, x: dict) -> list[float]:
     return time_fn(lambda: net(**x), min_s=0.3, repeat=7)
 
 
-def tunekit_times(path: str, db: str | None, x: dict) -> list[float]:
-    return run_times(_compiled(path, db), x)
+def tunekit_times(path: str, db: str | None, x: dict, precision: str = "float32") -> list[float]:
+    return run_times(_compiled(path, db, precision), x)
 
 
 def _ort(path: str):
@@ -239,8 +243,8 @@ def main() -> None:
     ap.add_argument("--layouts", choices=("rule", "search"), default="rule",
                     help="search: also tune each layer in the other channel blocks it may take, the compiled "
                          "network's blocks picked per tensor by the records (the graph tuner)")
-    ap.add_argument("--precision", choices=("float32", "int8"), default="float32",
-                    help="int8: the networks quantized by onnxruntime (see above)")
+    ap.add_argument("--precision", choices=("float32", "int8", "bf16"), default="float32",
+                    help="int8: the networks quantized by onnxruntime; bf16: tunekit's bfloat16 products (see above)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "e2e"), help="databases and ONNX files")
     ap.add_argument("--results", default=RESULTS, help="where the figures' JSON files go (the README's: default)")
     a = ap.parse_args()
@@ -281,19 +285,22 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
     path = in_process(write_net, net, os.path.join(out, f"{tag}.onnx"), size, exported)
     x = feeds(net, size)
     print(f"\n{net}: " + ", ".join(f"{k} {list(v.shape)} {v.dtype}" for k, v in x.items())
-          + ("" if torch_side else f" ({'int8' if precision == 'int8' else 'no PyTorch module'}: onnxruntime and "
-                                   "tunekit only)"))
+          + ("" if torch_side else f" ({precision if precision != 'float32' else 'no PyTorch module'}: "
+                                   "onnxruntime and tunekit only)"))
     if torch_side:   # the module and the file hold the same network, else the comparison means nothing
         print("  " + check({"onnxruntime": in_process(ort_output, path, x),
                             "pytorch": in_process(torch_output, net, x)}, "onnxruntime"))
     sides = {"tunekit": None, "onnxruntime": (ort_times, (path, x))}
-    tuned = {"tunekit": (path, tag)}   # side -> (the file tunekit runs, its databases' name)
+    tuned = {"tunekit": (path, tag, "float32")}   # side -> (the file tunekit runs, its databases' name, precision)
     if precision == "int8":
         qpath = in_process(quantize_net, net, path, os.path.join(out, f"{tag}_int8.onnx"), size)
         print(f"  quantized by onnxruntime: {'dynamically' if net in TRANSFORMERS else 'static QDQ, per-channel'}")
-        tuned = {"tunekit": (qpath, f"{tag}_int8"), "tunekit-float32": (path, tag)}
+        tuned = {"tunekit": (qpath, f"{tag}_int8", "float32"), "tunekit-float32": (path, tag, "float32")}
         sides = {"tunekit": None, "onnxruntime": (ort_times, (qpath, x)),
                  "onnxruntime-float32": (ort_times, (path, x)), "tunekit-float32": None}
+    elif precision == "bf16":
+        tuned = {"tunekit": (path, f"{tag}_bf16", "bf16"), "tunekit-float32": (path, tag, "float32")}
+        sides["tunekit-float32"] = None
     elif net in TRANSFORMERS:
         opt = os.path.join(out, f"{tag}_ortopt.onnx")
         print("  onnxruntime's transformer optimizer: " + in_process(ort_optimized, path, opt, net))
@@ -310,7 +317,7 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
         import transformer_nets
         figures["flops"] = transformer_nets.flops(net)
     for trials in (0, *stages):
-        for side, (file, dbname) in tuned.items() if trials else ():
+        for side, (file, dbname, how) in tuned.items() if trials else ():
             # each stage tunes on in its own copy of the previous stage's database (resumable, and
             # the latency after 8 trials is measured on the records of 8 trials, not of the last stage)
             db, before = os.path.join(out, f"{dbname}.t{trials}.db"), dbs[side]
@@ -318,8 +325,9 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
                 copy_database(before, db)
             dbs[side] = db
             t0 = time.monotonic()
-            states = tunekit.tune([{"model": file, "layouts": layouts}], target="x86", model="xgboost",
-                                  explorer="annealing", trials=trials, database=db, tuning={"batch_size": 8})
+            states = tunekit.tune([{"model": file, "layouts": layouts, "precision": how}], target="x86",
+                                  model="xgboost", explorer="annealing", trials=trials, database=db,
+                                  tuning={"batch_size": 8})
             tasks = per_task(states)
             print(f"  {side}: tuned to {trials} trials per task: {sum(t.done for t in tasks)} trials this run, "
                   f"{sum(len(t.trials) for t in tasks)} known, over {len(tasks)} tasks ({len(states)} "
@@ -328,8 +336,8 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
                 t_tune += time.monotonic() - t0
                 done = sum(t.done for t in tasks)
                 known, n_tasks = sum(len(t.trials) for t in tasks), len(tasks)
-        for side, (file, _) in tuned.items():
-            sides[side] = (tunekit_times, (file, dbs[side], x))
+        for side, (file, _, how) in tuned.items():
+            sides[side] = (tunekit_times, (file, dbs[side], x, how))
         r = alternate(sides, rounds)
         # the trials behind the figure: this run's (all stages so far) and all the database knows; a run
         # whose database held nothing before it is from scratch
@@ -352,12 +360,18 @@ def bench(net: str, size: int, out: str, stages: list, rounds: int, has_torch: b
                          f"GFLOP a run; onnxruntime {gf / ort:.0f})")
         print(f"  latency after {trials:3d} trials/task, median of {rounds} rotating rounds (min-max): "
               f"tunekit {_ms(r['tunekit'])}, {', '.join(vs)}: tunekit is {', '.join(speed)}")
-    file, db = tuned["tunekit"][0], dbs["tunekit"]
-    model = _compiled(file, db)
+    (file, _, how), db = tuned["tunekit"], dbs["tunekit"]
+    model = _compiled(file, db, how)
     outs = {"onnxruntime": in_process(ort_output, file, x), "tunekit": model(**x)[0]}
     if precision == "int8":
         outs["onnxruntime-float32"] = in_process(ort_output, path, x)
         figures["check"] = int8_accuracy(outs, model.graph.output_steps, model.graph.outputs[0])
+    elif precision == "bf16":   # bfloat16's 8 bits are not float32's: told, not asserted to 1e-3
+        outs["tunekit-float32"] = _compiled(path, dbs["tunekit-float32"])(**x)[0]
+        top = float(abs(outs["onnxruntime"]).max())
+        figures["check"] = ("largest difference from onnxruntime's output, relative to its largest value: "
+                            + ", ".join(f"{k} {float(abs(outs[k] - outs['onnxruntime']).max()) / top:.2e}"
+                                        for k in ("tunekit", "tunekit-float32")))
     else:
         if torch_side:
             outs["pytorch"] = in_process(torch_output, net, x)

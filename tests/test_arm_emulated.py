@@ -36,7 +36,8 @@ SHAPES = {"matmul": {"M": 13, "N": 37, "K": 7}, "batch_matmul": {"B": 2, "M": 20
           "global_avg_pool2d": {"N": 1, "C": 3, "H": 7, "W": 7},
           "dense": {"M": 1, "N": 37, "K": 24},
           "group_conv2d": {"N": 1, "C": 4, "H": 7, "W": 9, "K_out": 6, "R": 3, "S": 3, "padding": 1, "groups": 2},
-          "lstm_step": {"B": 1, "H": 21}, "qmatmul": {"M": 5, "N": 19, "K": 12, "out_dtype": "int8", "zero": 1}}
+          "lstm_step": {"B": 1, "H": 21}, "qmatmul": {"M": 5, "N": 19, "K": 12, "out_dtype": "int8", "zero": 1},
+          "bmatmul": {"M": 5, "N": 19, "K": 12, "bias": True}}
 BLOCKED = {"conv2d": {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 8, "R": 3, "S": 3, "padding": 1, "layout": "NCHW4c"},
            "depthwise_conv2d": {"N": 1, "C": 8, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1,
                                 "layout": "NCHW4c"},
@@ -99,8 +100,9 @@ def test_every_arm_template_tunes_under_emulation_with_no_wrong_answer(tmp_path)
             ("dense", "rows"), ("group_conv2d", "direct"), ("matmul", "auto"), ("conv2d", "auto"),
             ("conv2d_winograd", "winograd"), ("mbconv", "fused"), ("lstm_step", "panels")} <= served
     # the fused epilogues of matmul (tiled, packed), dense, conv2d (direct, nchwc, blocked), conv2d_winograd,
-    # group_conv2d, depthwise (rows, blocked); the generated matmul's; mbconv's residual
-    assert sum(has_epilogue(t.args) for t in tasks) == 10 * len(EPILOGUES) + 2
+    # group_conv2d, depthwise (rows, blocked), bmatmul; the generated matmul's; mbconv's residual and the
+    # bias of bmatmul's own shape
+    assert sum(has_epilogue(t.args) for t in tasks) == 11 * len(EPILOGUES) + 3
     states = tunekit.tune(tasks, target=EMULATED, trials=TRIALS, database=str(tmp_path / "arm.db"),
                           measure={"number": 1, "repeat": 2, "min_repeat_ms": 0, "warmup": 0, "retries": 0,
                                    "timeout_s": 60, "runner": {"name": "local", "warmup_s": 0}})

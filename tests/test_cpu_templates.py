@@ -52,6 +52,7 @@ SHAPES = {
     "lstm_step": [{"B": 1, "H": 37}, {"B": 2, "H": 16}],
     "qmatmul": [{"M": 7, "N": 10, "K": 12}, {"M": 13, "N": 37, "K": 64, "out_dtype": "int8", "zero": -3},
                 {"M": 33, "N": 70, "K": 20, "out_dtype": "uint8", "zero": 128}],
+    "bmatmul": [{"M": 7, "N": 10, "K": 12}, {"M": 13, "N": 37, "K": 64, "bias": True, "activation": "relu"}],
 }
 TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N": 5, "K": 2},
         "conv2d": {"N": 1, "C": 2, "H": 5, "W": 6, "K_out": 3, "R": 3, "S": 3, "stride": 2, "padding": 1},
@@ -62,7 +63,7 @@ TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N"
                          "groups": 2},
         "avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1},
         "global_avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6}, "lstm_step": {"B": 1, "H": 5},
-        "qmatmul": {"M": 3, "N": 5, "K": 8, "out_dtype": "int8"}}
+        "qmatmul": {"M": 3, "N": 5, "K": 8, "out_dtype": "int8"}, "bmatmul": {"M": 3, "N": 5, "K": 6}}
 # blocked layouts: blocks of a vector, of half one (short vectors) and of two (unrolled vectors)
 BLOCKED = {
     "conv2d": [{"N": 1, "C": 16, "H": 7, "W": 10, "K_out": 24, "R": 3, "S": 3, "padding": 1, "layout": "NCHW8c"},
@@ -172,7 +173,8 @@ def test_default_templates():
     names = {op: tunekit.Task(op, SHAPES[op][0]).bind(x86).template.name for op in SHAPES}
     assert names == {"matmul": "packed", "batch_matmul": "packed", "conv2d": "direct", "depthwise_conv2d": "rows",
                      "max_pool2d": "rows", "dense": "rows", "group_conv2d": "direct", "avg_pool2d": "rows",
-                     "global_avg_pool2d": "rows", "lstm_step": "panels", "qmatmul": "tiled"}
+                     "global_avg_pool2d": "rows", "lstm_step": "panels", "qmatmul": "tiled",
+                     "bmatmul": "tiled"}
     assert {t.name for t in registry().templates if t.op == "matmul" and t.serves(x86)} >= {"tiled", "packed"}
 
 

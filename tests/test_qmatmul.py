@@ -81,7 +81,7 @@ def _tiles_task(target, M=32, N=64, K=128):
 @pytest.mark.skipif(not AMX, reason="the CPU has no AMX tiles (amx-tile, amx-int8)")
 def test_amx_configs_run_the_product_on_tiles_and_match_the_reference():
     target = X86Target()
-    assert target.device().extra["tiles"] == "amx"
+    assert "amx-int8" in target.device().extra["tiles"].split()
     ts = _tiles_task(target)
     M, N, K = 32, 64, 128
     a8, b8 = RNG.integers(0, 256, (M, K)).astype(np.uint8), RNG.integers(-128, 128, (K, N)).astype(np.int8)
@@ -105,35 +105,36 @@ def test_amx_configs_run_the_product_on_tiles_and_match_the_reference():
         assert np.array_equal(plain[-1], want)
 
 
+def _tile_product(N: int):
+    """A 32 x N int8 product over 32 k groups, its reduction loop outermost: (schedule, tensors, C)."""
+    A, B = te.placeholder((32, 32), "A", "int32"), te.placeholder((32, N), "B", "int32")
+    k = te.reduce_axis(32, "k")
+    C = te.compute((32, N), lambda i, j: te.sum(te.dot4_u8s8(A[i, k], B[k, j]), axis=k), name="C")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    s[C].reorder(k, i, j)
+    return s, [A, B, C], k
+
+
 def test_a_cpu_without_amx_offers_no_tiles_and_refuses_to_build_them():
     plain = X86Target(X86Target.Options(mcpu="skylake-avx512"))
     assert "tiles" not in plain.device().extra
     ts = _tiles_task(plain)
     assert {ts.space.get(i)["amx"] for i in range(ts.space.size)} == {0}
-    A, B = te.placeholder((32, 32), "A", "int32"), te.placeholder((32, 32), "B", "int32")
-    k = te.reduce_axis(32, "k")
-    C = te.compute((32, 32), lambda i, j: te.sum(te.dot4_u8s8(A[i, k], B[k, j]), axis=k), name="C")
-    s = te.create_schedule(C)
-    i, j = s[C].op.axis
-    s[C].reorder(k, i, j)
-    s[C].tensorize(k, "amx")
-    program = te.lower(s, [A, B, C])
+    s, tensors, k = _tile_product(32)
+    s[tensors[-1]].tensorize(k, "amx")
     with pytest.raises(BuildError, match="lacks amx-int8, amx-tile"):
-        plain.build(program)
+        plain.build(te.lower(s, tensors))
 
 
 def test_a_nest_that_is_not_a_tile_product_is_refused_by_name():
-    A, B = te.placeholder((32, 32), "A", "int32"), te.placeholder((32, 24), "B", "int32")
-    k = te.reduce_axis(32, "k")
-    C = te.compute((32, 24), lambda i, j: te.sum(te.dot4_u8s8(A[i, k], B[k, j]), axis=k), name="C")
-    s = te.create_schedule(C)
-    i, j = s[C].op.axis
-    s[C].reorder(k, i, j)
-    s[C].tensorize(k, "amx")
+    s, tensors, k = _tile_product(24)
+    s[tensors[-1]].tensorize(k, "amx")
     target = X86Target()
     with pytest.raises(BuildError, match=r"multiples of 16: j \(24\)"):
-        target.build(te.lower(s, [A, B, C]))
-    s2 = te.create_schedule(C)
-    s2[C].tensorize(s2[C].op.axis[0], "amx")      # the reduction's init sits inside: not one update
+        target.build(te.lower(s, tensors))
+    s2, tensors, _ = _tile_product(24)
+    C = tensors[-1]
+    s2[C].tensorize(s2[C].leaf[1], "amx")      # the reduction's init sits inside: not one update
     with pytest.raises(BuildError, match="is not three nested loops"):
-        target.build(te.lower(s2, [A, B, C]))
+        target.build(te.lower(s2, tensors))

@@ -78,6 +78,8 @@ class NetworkChoices:
     mbconv: bool = False
     #: products of constant weights with fewer rows than this run as `dense`, the others as `matmul`
     dense_rows: int = 16
+    #: the instruction bfloat16 products run on (`precision="bf16"`); "": none, the pairs are decoded
+    bf16_dot: str = ""
 
 
 @dataclass

@@ -306,6 +306,8 @@ def report(args: argparse.Namespace) -> int:
          arg("--no-pass", action="append", default=[], metavar="NAME", help="leave out a graph pass (repeatable), "
              "to see what it buys; --list-passes lists them"),
          arg("--list-passes", action="store_true", help="list the graph passes, in order, and exit"),
+         arg("--precision", choices=("float32", "bf16"), default="float32", help="bf16: matmuls of constant "
+             "weights on bfloat16 data and weights (tune with the same precision); default float32"),
          help="run a model with its tuned kernels: latency, per-layer profile, check against onnxruntime")
 def run_model(args: argparse.Namespace) -> int:
     """Compile a model with the best records of a database, run it, and print its

@@ -62,7 +62,7 @@ def run_model(args: argparse.Namespace, console, table) -> int:
     passes = passes_without(args.no_pass)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        net = compile_model(args.model, args.target, args.database, passes)
+        net = compile_model(args.model, args.target, args.database, passes, args.precision)
     for w in said:
         print(f"warning: {w.message}", file=sys.stderr)
     x = feeds(net, args.input or [], args.model)
@@ -105,8 +105,12 @@ def run_model(args: argparse.Namespace, console, table) -> int:
     if not floats:
         return 0
     worst = max(float(np.max(np.abs(o - r)) / (np.max(np.abs(r)) or 1.0)) for o, r in floats)
-    if worst > 1e-3:
+    # bfloat16 products, or activations quantized per run (dynamic int8), round differently from onnxruntime
+    # by about 1e-2 of the range: a larger limit there, and the figure told either way
+    loose = args.precision == "bf16" or any(d in ("int8", "uint8") for d in net.graph.dtypes.values())
+    if worst > (limit := 5e-2 if loose else 1e-3):
         raise TunekitError(f"{args.model}: the outputs differ from onnxruntime's (max error {worst:.2g} of the "
-                           "output's range)")
-    console.print(f"outputs match onnxruntime (max error {worst:.1e} of the output's range)", markup=False)
+                           f"output's range, over the {limit:g} allowed)")
+    console.print(f"outputs match onnxruntime (max error {worst:.1e} of the output's range, within {limit:g})",
+                  markup=False)
     return 0

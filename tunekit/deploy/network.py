@@ -55,7 +55,7 @@ def _checked(graph: Graph, path: str) -> Graph:
 
 
 def extract_tasks(path: str, target="x86", search_layouts: bool = False,
-                  passes: Sequence[str] | None = None) -> list[tuple]:
+                  passes: Sequence[str] | None = None, precision: str = "float32") -> list[tuple]:
     """Return the distinct tuning tasks of the model at `path` on `target`, each with how
     many times the network runs it, in order of first use. Fused variants of one op
     and shape count as one task: they share its config space and records. The tasks
@@ -63,7 +63,8 @@ def extract_tasks(path: str, target="x86", search_layouts: bool = False,
     `tunekit.deploy.plan.PASSES`; None: all), with the alternatives a layer may run
     (Winograd for 3x3 stride-1 convs, mbconv for inverted residuals); with
     `search_layouts`, also in the other channel blocks the graph tuner may pick."""
-    return NetworkPlan(load_graph(path), make_component("target", target), passes=passes).tasks(search_layouts)
+    return NetworkPlan(load_graph(path), make_component("target", target), passes=passes,
+                       precision=precision).tasks(search_layouts)
 
 
 class CompiledModel:
@@ -77,9 +78,10 @@ class CompiledModel:
         weight_bytes: bytes of the weights it holds (in the layouts its kernels read).
     """
 
-    def __init__(self, graph: Graph, target, database: str | None = None, passes: Sequence[str] | None = None):
+    def __init__(self, graph: Graph, target, database: str | None = None, passes: Sequence[str] | None = None,
+                 precision: str = "float32"):
         with closing(Database(database, readonly=True)) if database else nullcontext() as db:
-            plan = NetworkPlan(graph, target, db, passes)
+            plan = NetworkPlan(graph, target, db, passes, precision)
             self.graph, self.target = plan.compiled(), target
             kernels: dict[str, Kernel] = {}   # one per distinct (fused) task
             for node in self.graph.nodes:
@@ -183,14 +185,16 @@ def _aligned(value: np.ndarray) -> np.ndarray:
 
 
 def compile_model(path: str, target="x86", database: str | None = None,
-                  passes: Sequence[str] | None = None) -> CompiledModel:
+                  passes: Sequence[str] | None = None, precision: str = "float32") -> CompiledModel:
     """Compile the model at `path` for `target` with the best configs in `database`
     (a default config, with one warning listing them, for tasks without a record).
 
     Args:
         passes: the graph passes to run, by name (`tunekit.deploy.plan.PASSES`; None: all):
             leave one out to see what it buys.
+        precision: "float32", or "bf16": matmuls of constant weights on bfloat16 data and weights
+            with float32 accumulation (tune with the same precision: a model entry's `precision`).
     Returns:
         a CompiledModel: `outputs = net(x)`.
     """
-    return CompiledModel(load_graph(path), make_component("target", target), database, passes)
+    return CompiledModel(load_graph(path), make_component("target", target), database, passes, precision)

@@ -7,6 +7,7 @@ The passes, in order (each `Graph -> Graph`, in a module of `tunekit.graph`):
 - epilogues: what follows a conv, dense or matmul folds into it (BatchNormalization, a bias,
   a residual, ReLU/ReLU6), and a reshape of an op's output is an alias of it;
 - merge-siblings: matmuls of constant weights reading the same data run as one (Q, K, V);
+- bf16: with precision "bf16", matmuls of constant weights run on bfloat16 data and weights;
 - fuse-te: a frontend's te calls grouped into kernels (left out: one kernel each);
 - dense-rows: a product of constant weights with few rows runs as dense;
 - pack-panels: constant matmul weights in the target's column panels;
@@ -21,12 +22,14 @@ from __future__ import annotations
 import functools
 import json
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tunekit.errors import ArgumentError, ModelError
 from tunekit.graph import Graph, Node
 from tunekit.graph.alternatives import ALTERNATIVES
+from tunekit.graph.bf16 import to_bf16
 from tunekit.graph.blocking import BlockPlan, block_activations, plan_blocks
 from tunekit.graph.dense_rows import dense_rows
 from tunekit.graph.epilogues import fuse_epilogues
@@ -75,14 +78,24 @@ class NetworkPlan:
         target: the Target it runs on.
         database: an open Database to choose by (layouts, algorithms) and build from.
         passes: the names of the passes to run (of `PASSES`; None: all).
+        precision: "float32", or "bf16": matmuls of constant weights with bfloat16 data and weights
+            and float32 accumulation (the bf16 pass; the rest stays float32).
     Raises:
         ModelError: the target cannot run a node (its dtype, its memory), naming it.
         ArgumentError: an unknown pass name.
     """
 
-    def __init__(self, graph: Graph, target, database: Database | None = None, passes: Sequence[str] | None = None):
+    def __init__(self, graph: Graph, target, database: Database | None = None, passes: Sequence[str] | None = None,
+                 precision: str = "float32"):
+        if precision not in PRECISIONS:
+            raise ArgumentError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
         self.target, self.database = target, _ReadOnce(database) if database is not None else None
+        self.precision = precision
         self.choices = target.network_choices()
+        if precision == "bf16" and not self.choices.bf16_dot:
+            warnings.warn(f"precision bf16 on {target.name}: it declares no bfloat16 dot instruction (x86: "
+                          "AVX512-BF16), so the products decode their pairs into float32: bfloat16's error "
+                          "(about 1e-2 of the output's range) and no faster than float32", stacklevel=3)
         chosen = [p for p in PASSES if p.name in _known(passes or ())] if passes is not None else list(PASSES)
         lowering = [p for p in chosen if PASSES.index(p) <= _FUSE]
         self.passes = chosen[len(lowering):]
@@ -232,6 +245,8 @@ PASSES = (
          "before them", lambda graph, plan, by_records: fuse_epilogues(graph)),
     Pass("merge-siblings", "matmuls of constant weights reading the same data run as one (Q, K, V)",
          lambda graph, plan, by_records: merge_siblings(graph)),
+    Pass("bf16", "with precision bf16: matmuls of constant weights on bfloat16 data and weights (bmatmul)",
+         lambda graph, plan, by_records: to_bf16(graph) if plan.precision == "bf16" else graph),
     Pass("fuse-te", "a frontend's te calls grouped into kernels (left out: one kernel each)",
          lambda graph, plan, by_records: fuse_te(graph)),
     Pass("dense-rows", "products of constant weights with few rows (the target's dense_rows) run as dense",
@@ -241,5 +256,6 @@ PASSES = (
     Pass("block-channels", "activations in channel blocks (per tensor by the records with a database)", _block),
     Pass("alternatives", "layers run the algorithm their records say is fastest (Winograd, mbconv)", _choose),
 )
+PRECISIONS = ("float32", "bf16")
 #: the passes up to this one run on the graph as translated (`NetworkPlan`'s graph is after them)
 _FUSE = [p.name for p in PASSES].index("fuse-te")

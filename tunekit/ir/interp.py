@@ -80,6 +80,23 @@ def _fma(a, b, c):
     return a * b + c
 
 
+def bf16x2(lo, hi):
+    """int32 (numpy): float32 `lo` and `hi` rounded to bfloat16, to nearest with ties to even, `lo` low."""
+    def bits(x):
+        u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    return (bits(lo) | (bits(hi) << 16)).astype(np.uint32).view(np.int32)
+
+
+def dot2_bf16(a, b):
+    """float32 (numpy): low times low plus high times high of the bfloat16 pairs `a` and `b` (int32)."""
+    def halves(v):
+        u = np.asarray(v, np.int64).astype(np.uint32)
+        return (u << 16).view(np.float32), (u & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    (al, ah), (bl, bh) = halves(a), halves(b)
+    return (al * bl + ah * bh).astype(np.float32)
+
+
 def dot4_u8s8(a, b):
     """The sum of the four products of the bytes of `a` (unsigned) and `b` (signed), numpy or Python
     integers holding int32 values."""
@@ -103,8 +120,8 @@ def run(program: n.Program, *arrays: np.ndarray) -> None:
     """Execute `program` on numpy arrays (params order), writing outputs in place."""
     if len(arrays) != len(program.params):
         raise ValueError(f"{program.name} takes {len(program.params)} arrays, got {len(arrays)}")
-    ns = {"math": math, "_fma": _fma, "_rint": lambda x: float(round(x)), "_dot4_u8s8": dot4_u8s8,
-          "inf": math.inf, "nan": math.nan, "_run_threads": _run_threads}
+    ns = {"math": math, "_fma": _fma, "_rint": lambda x: float(round(x)), "_dot4_u8s8": dot4_u8s8, "_bf16x2": bf16x2,
+          "_dot2_bf16": dot2_bf16, "inf": math.inf, "nan": math.nan, "_run_threads": _run_threads}
     exec(compile(compile_python(program), f"<tunekit.ir.interp {program.name}>", "exec"), ns)
     lists = [np.ravel(a).tolist() for a in arrays]
     ns["kernel"](*lists)

@@ -12,7 +12,8 @@ from . import nodes as n
 PREC = {"or": 1, "and": 2, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
         "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6}
 _PY_FN = {"exp": "math.exp", "log": "math.log", "sqrt": "math.sqrt", "tanh": "math.tanh",
-          "fabs": "abs", "rint": "_rint", "fma": "_fma", "dot4_u8s8": "_dot4_u8s8"}
+          "fabs": "abs", "rint": "_rint", "fma": "_fma", "dot4_u8s8": "_dot4_u8s8",
+          "bf16x2": "_bf16x2", "dot2_bf16": "_dot2_bf16"}
 
 
 class Names:

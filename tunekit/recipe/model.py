@@ -67,6 +67,9 @@ class TaskSpec(Section):
                                                "layer in the other channel blocks it may take, so that the "
                                                "compiled model picks a block per tensor by the records (the graph "
                                                "tuner); \"rule\": one block per target.")
+    precision: Literal["float32", "bf16"] = Field("float32", description="With model: \"bf16\" runs its matmuls "
+                                                  "of constant weights on bfloat16 data and weights with float32 "
+                                                  "accumulation (compile it with the same precision).")
     compute: str | dict | None = Field(None, description="A computation of your own instead of an op: "
                                        "\"package.module:function\", a function of args returning te tensors "
                                        "(inputs, then outputs); tuned through the generic templates (auto).")
@@ -94,8 +97,10 @@ class TaskSpec(Section):
         reg = registry()
         if self.model is not None:
             return self._network((info.context or {}).get("base", "."))
-        if self.layouts != "rule":
-            raise error([(("layouts",), "goes with model (a network's layers); drop it or add model", self.layouts)])
+        for field, plain in (("layouts", "rule"), ("precision", "float32")):
+            if getattr(self, field) != plain:
+                raise error([((field,), "goes with model (a network's layers); drop it or add model",
+                              getattr(self, field))])
         if self.compute is not None:
             return self._computation(self.compute, (info.context or {}).get("base", "."))
         if self.name is not None or self.outputs is not None:
@@ -149,8 +154,8 @@ class TaskSpec(Section):
         """Expand a model entry into its tasks in the layout `target` runs the network in."""
         if self.model is not None:
             from tunekit.deploy.plan import NetworkPlan
-            self._model_tasks = [t.weighted(n) for t, n in NetworkPlan(self._graph, target).tasks(
-                self.layouts == "search")]
+            self._model_tasks = [t.weighted(n) for t, n in NetworkPlan(self._graph, target, precision=self.precision)
+                                 .tasks(self.layouts == "search")]
 
     def tasks(self) -> list[Task]:
         """Return the Tasks (`tunekit.task.Task`) this entry describes (a model's are weighted by their counts)."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import TunekitError
-from ..ir.interp import dot4_u8s8
+from ..ir.interp import bf16x2, dot2_bf16, dot4_u8s8
 from .tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
 
 #: the most elements a temporary array may hold (a box of an iteration space)
@@ -28,7 +28,8 @@ _BIN = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "/
         ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
         "and": np.logical_and, "or": np.logical_or}
 _CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "fabs": np.abs, "rint": np.rint,
-         "fma": lambda a, b, c: a * b + c, "dot4_u8s8": dot4_u8s8}
+         "fma": lambda a, b, c: a * b + c, "dot4_u8s8": dot4_u8s8, "bf16x2": bf16x2,
+         "dot2_bf16": dot2_bf16}
 _REDUCE: dict[str, Callable[..., np.ndarray]] = {"sum": np.sum, "max": np.max}
 
 

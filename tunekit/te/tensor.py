@@ -207,5 +207,23 @@ def dot4_u8s8(a, b) -> ir.Expr:
     return ir.Call("dot4_u8s8", (a, b), "int32")
 
 
+def bf16x2(lo, hi) -> ir.Expr:
+    """The int32 holding float32 `lo` and `hi` rounded to bfloat16 (to nearest, ties to even), `lo` in
+    its low 16 bits (`ir.Call`): what `dot2_bf16` reads, two k of a row or a column."""
+    lo, hi = ir.as_expr(lo, "float32"), ir.as_expr(hi, "float32")
+    if lo.dtype != "float32" or hi.dtype != "float32":
+        raise TypeError(f"te.bf16x2 takes float32 expressions, got {lo.dtype} and {hi.dtype}")
+    return ir.Call("bf16x2", (lo, hi), "int32")
+
+
+def dot2_bf16(a, b) -> ir.Expr:
+    """The float32 sum of the two products of the bfloat16 pairs `a` and `b` (int32 each, as `bf16x2`
+    makes them): low times low plus high times high (`ir.Call`)."""
+    a, b = ir.as_expr(a, "int32"), ir.as_expr(b, "int32")
+    if a.dtype != "int32" or b.dtype != "int32":
+        raise TypeError(f"te.dot2_bf16 takes int32 expressions (two bfloat16 each), got {a.dtype} and {b.dtype}")
+    return ir.Call("dot2_bf16", (a, b), "float32")
+
+
 def all_(*conds) -> ir.Expr:
     return functools.reduce(ir.and_, conds, ir.const(True))

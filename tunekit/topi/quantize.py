@@ -88,6 +88,14 @@ def to_unsigned(x: te.Tensor, name: str) -> te.Tensor:
     return te.compute(x.shape, lambda *i: ir.cast(ir.cast(x[i], "int32") + 128, "uint8"), name=name)
 
 
+def bf16_pairs(x: te.Tensor, name: str) -> te.Tensor:
+    """Return float32 `x` [..., K] (K even) rounded to bfloat16, two of its last axis per int32
+    [..., K/2] (`te.bf16x2`): the data of the bfloat16 dot instruction (`tunekit.ops.bmatmul`)."""
+    *lead, K = x.shape
+    return te.compute((*lead, K // 2), lambda *i: te.bf16x2(x[(*i[:-1], 2 * i[-1])], x[(*i[:-1], 2 * i[-1] + 1)]),
+                      name=name)
+
+
 def dynamic_quantize(x: te.Tensor, name: str) -> list[te.Tensor]:
     """Return uint8 `x`, its scale and its zero point, chosen from x's range (which always holds 0):
     scale = (max - min) / 255, zero = saturate(round(-min / scale)) (ONNX's DynamicQuantizeLinear)."""

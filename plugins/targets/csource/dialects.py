@@ -63,6 +63,10 @@ class Dialect:
     def extensions(self, dtypes: set[str]) -> list[str]:
         return []
 
+    def bits(self, x: str, to_float: bool = False) -> str:
+        """The bits of float32 `x` as an unsigned int (`to_float`: the other way)."""
+        raise NotImplementedError
+
 
 class Cuda(Dialect):
     name = "cuda"
@@ -101,6 +105,9 @@ class Cuda(Dialect):
 
     def _inf(self, dtype):
         return "__longlong_as_double(0x7ff0000000000000LL)" if dtype == "float64" else "__int_as_float(0x7f800000)"
+
+    def bits(self, x, to_float=False):
+        return f"__uint_as_float({x})" if to_float else f"__float_as_uint({x})"
 
     def _nan(self, dtype):
         return "__longlong_as_double(0x7ff8000000000000LL)" if dtype == "float64" else "__int_as_float(0x7fc00000)"
@@ -142,6 +149,9 @@ class OpenCL(Dialect):
 
     def vstore(self, vtype, n, ptr, value):
         return f"vstore{n}({value}, 0, {ptr});"
+
+    def bits(self, x, to_float=False):
+        return f"as_float({x})" if to_float else f"as_uint({x})"
 
     def _inf(self, dtype):
         return "INFINITY"

@@ -136,6 +136,13 @@ class KernelWriter:
             u8, s8, i32 = (self.ctype(t) for t in ("uint8", "int8", "int32"))
             return "(" + " + ".join(f"({i32})({u8})(({a}) >> {s}) * ({i32})({s8})(({b}) >> {s})"
                                     for s in (0, 8, 16, 24)) + ")"
+        if isinstance(e, ir.Call) and e.fn == "bf16x2":   # rounded to bfloat16 on the bits (ties to even)
+            r = [f"(({u}) + 0x7FFFu + ((({u}) >> 16) & 1u)) >> 16" for u in (self.d.bits(self.expr(x)) for x in e.args)]
+            return f"(({self.ctype('int32')})(({r[0]}) | (({r[1]}) << 16)))"
+        if isinstance(e, ir.Call) and e.fn == "dot2_bf16":   # the pairs' halves as float32: low, then high
+            u = [f"(({self.ctype('uint32')})({self.expr(x)}))" for x in e.args]
+            lo, hi = ([self.d.bits(f"({v} {op})", True) for v in u] for op in ("<< 16", "& 0xFFFF0000u"))
+            return f"({lo[0]} * {lo[1]} + {hi[0]} * {hi[1]})"
         if isinstance(e, ir.Call):
             return f"{self.d.call(e.fn, e.dtype)}({', '.join(self.expr(a) for a in e.args)})"
         raise BuildError(f"{self.d.name}: cannot emit expression {type(e).__name__}")

@@ -27,7 +27,8 @@ from tunekit.errors import BuildError, TunekitError
 from .kernels import KernelArgumentError, KernelLoadError, call_kernel  # noqa: F401  (the errors: for users)
 
 _X86 = ("x86_64", "amd64")
-AMX = frozenset({"amx-tile", "amx-int8"})    # the CPU features a kernel tensorized as "amx" needs
+#: the CPU features a nest tensorized as "amx" needs, by the product it computes
+AMX = {"dot4_u8s8": frozenset({"amx-tile", "amx-int8"}), "dot2_bf16": frozenset({"amx-tile", "amx-bf16"})}
 _ARM = ("aarch64", "arm64")
 
 
@@ -116,8 +117,10 @@ class _CpuTarget(tunekit.Target):
     def _device_extra(self) -> dict:
         """What else the device fingerprint hashes."""
         extra = {"triple": self.triple()}
-        if AMX <= self.features():
-            extra["tiles"] = "amx"      # templates may tensorize int8 products (`tiles.py`)
+        # the tile products templates may tensorize as "amx" (`tiles.py`): "amx-bf16 amx-int8"
+        have = {f for need in AMX.values() if need <= self.features() for f in need}
+        if tiles := " ".join(sorted(have - {"amx-tile"})):
+            extra["tiles"] = tiles
         return extra
 
     def target_machine(self):
@@ -165,10 +168,11 @@ class _CpuTarget(tunekit.Target):
     def network_choices(self) -> tunekit.NetworkChoices:
         """Activations in blocks of a float32 vector, matmul weights in panels of two, Winograd's
         F(2x2) and F(4x4) and fused inverted residuals: what this plugin's templates schedule."""
-        lanes = self.device().lanes("float32")
+        lanes, feats = self.device().lanes("float32"), self.features()
+        dot = "tdpbf16ps" if AMX["dot2_bf16"] <= feats else "vdpbf16ps" if "avx512bf16" in feats else ""
         return tunekit.NetworkChoices(channel_block=lanes, panel_width=2 * lanes, winograd_tiles=(2, 4), mbconv=True,
                                       blocked_ops=frozenset({"conv2d", "depthwise_conv2d", "max_pool2d",
-                                                             "avg_pool2d", "global_avg_pool2d"}))
+                                                             "avg_pool2d", "global_avg_pool2d"}), bf16_dot=dot)
 
     def code_version(self) -> str:
         llvm = "none" if _llvmlite_missing() else ".".join(map(str, _llvm().llvm_version_info))
@@ -181,7 +185,7 @@ class _CpuTarget(tunekit.Target):
         obj = tm.emit_object(mod)
         meta = {"llvm_ir": text, "triple": self.triple(), "cpu": cpu, "features": features,
                 "params": [(b.name, tuple(b.shape), b.dtype) for b in program.params],
-                "parallel": '@"GOMP_parallel"' in text, "amx": "llvm.x86.tdpbusd" in text}
+                "parallel": '@"GOMP_parallel"' in text, "amx": "llvm.x86.tdp" in text}
         return tunekit.Artifact(target=self.name, entry=program.name, data=bytes(obj), meta=meta)
 
     def assembly(self, program: ir.Program) -> str:

@@ -112,6 +112,11 @@ class ExpressionEmitter:
             for acc, dot in ((e.a, e.b), (e.b, e.a)):
                 if isinstance(dot, ir.Call) and dot.fn == "dot4_u8s8":
                     return self.dot4(*self.match(*(self.typed(v, "int32") for v in (*dot.args, acc))))
+        if op == "+" and e.dtype == "float32":   # acc + dot2_bf16(x, y) -> one dot instruction that accumulates
+            for acc, dot in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(dot, ir.Call) and dot.fn == "dot2_bf16":
+                    return self.dot2(*self.match(*(self.typed(v, "int32") for v in dot.args),
+                                                 self.typed(acc, "float32")))
         if op == "+" and is_float(e.dtype):   # x + a*b -> fmuladd (fused where the target has FMA)
             for acc, prod in ((e.a, e.b), (e.b, e.a)):
                 if isinstance(prod, ir.BinOp) and prod.op == "*":
@@ -183,6 +188,11 @@ class ExpressionEmitter:
         return b.zext(v, to) if is_unsigned(src) or src == "bool" else b.sext(v, to)
 
     def call(self, e: ir.Call) -> ll.Value:
+        if e.fn == "bf16x2":
+            return self.bf16x2(*self.match(*(self.typed(a, "float32") for a in e.args)))
+        if e.fn == "dot2_bf16":
+            x, y = self.match(*(self.typed(a, "int32") for a in e.args))
+            return self.dot2(x, y, None)
         args = self.match(*(self.typed(a, e.dtype) for a in e.args))
         t = args[0].type
         if e.fn == "dot4_u8s8":
@@ -208,16 +218,54 @@ class ExpressionEmitter:
             return total
         vt = ll.VectorType(I32, w)
         fn = self.declare(f"llvm.x86.avx512.vpdpbusd.{w * 32}", vt, [vt] * 3)
-        out = None
-        for k in range(0, n, w):
-            part = self.b.call(fn, [self._lanes(v, k, w) for v in (acc, x, y)])
-            if n == w:
-                return part
-            # the part widened to n lanes, then lanes [k, k + w) of the result taken from it
-            wide = self.b.shuffle_vector(part, ll.Constant(vt, ll.Undefined),
+        return self._join([self.b.call(fn, [self._lanes(v, k, w) for v in (acc, x, y)]) for k in range(0, n, w)])
+
+    def bf16x2(self, lo: ll.Value, hi: ll.Value) -> ll.Value:
+        """int32 lanes: float32 `lo` and `hi` rounded to bfloat16 (to nearest, ties to even; integer
+        arithmetic on their bits, any CPU), `lo` in the low half."""
+        b = self.b
+        it = ll.VectorType(I32, lo.type.count) if isinstance(lo.type, ll.VectorType) else I32
+
+        def rounded(x):
+            u = b.bitcast(x, it)
+            odd = b.and_(b.lshr(u, self._splat(it, 16)), self._splat(it, 1))
+            return b.lshr(b.add(b.add(u, self._splat(it, 0x7FFF)), odd), self._splat(it, 16))
+        return b.or_(rounded(lo), b.shl(rounded(hi), self._splat(it, 16)))
+
+    def dot2(self, x: ll.Value, y: ll.Value, acc: ll.Value | None) -> ll.Value:
+        """acc + dot2_bf16(x, y) per lane (acc None: 0): vdpbf16ps on 16 lanes where the CPU has
+        AVX512-BF16, else the pairs decoded (their bits shifted into float32) and multiplied."""
+        b = self.b
+        n = x.type.count if isinstance(x.type, ll.VectorType) else 0
+        ft = ll.VectorType(ll.FloatType(), n) if n else ll.FloatType()
+        acc = acc if acc is not None else ll.Constant(ft, None)
+        if n and n % 16 == 0 and "avx512bf16" in self.features:
+            vf, vi = ll.VectorType(ll.FloatType(), 16), ll.VectorType(I32, 16)
+            fn = self.declare("llvm.x86.avx512bf16.dpbf16ps.512", vf, [vf, vi, vi])
+            parts = [b.call(fn, [self._lanes(v, k, 16) for v in (acc, x, y)]) for k in range(0, n, 16)]
+            return self._join(parts)
+        it = ll.VectorType(I32, n) if n else I32
+        high = self._splat(it, -65536)   # 0xFFFF0000
+
+        def halves(v):
+            return b.bitcast(b.shl(v, self._splat(it, 16)), ft), b.bitcast(b.and_(v, high), ft)
+        (xl, xh), (yl, yh) = halves(x), halves(y)
+        fma = self.intrinsic("llvm.fmuladd", [ft], ft, [ft] * 3)
+        return b.call(fma, [xh, yh, b.call(fma, [xl, yl, acc], fastmath=FAST)], fastmath=FAST)
+
+    def _join(self, parts: list) -> ll.Value:
+        """Vectors of one width w, concatenated: each widened to all the lanes, then lanes [k w, (k+1) w)
+        of the result taken from part k."""
+        if len(parts) == 1:
+            return parts[0]
+        w = parts[0].type.count
+        n, out = w * len(parts), None
+        for k, part in enumerate(parts):
+            wide = self.b.shuffle_vector(part, ll.Constant(part.type, ll.Undefined),
                                          ll.Constant(ll.VectorType(I32, n), [j % w for j in range(n)]))
             out = wide if out is None else self.b.shuffle_vector(
-                out, wide, ll.Constant(ll.VectorType(I32, n), [n + j if k <= j < k + w else j for j in range(n)]))
+                out, wide, ll.Constant(ll.VectorType(I32, n), [n + j if k * w <= j < (k + 1) * w else j
+                                                                for j in range(n)]))
         return out
 
     def _lanes(self, v: ll.Value, start: int, w: int) -> ll.Value:

@@ -13,7 +13,8 @@ I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
 VOID = ll.VoidType()
 FAST = ("contract",)
-INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "tanh": 1, "fabs": 1, "rint": 1, "fma": 3, "dot4_u8s8": 2}
+INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "tanh": 1, "fabs": 1, "rint": 1, "fma": 3, "dot4_u8s8": 2, "bf16x2": 2,
+              "dot2_bf16": 2}
 _FLOATS = {"float16": ll.HalfType(), "float32": ll.FloatType(), "float64": ll.DoubleType()}
 
 
@@ -82,7 +83,7 @@ def check_supported(program: ir.Program) -> None:
             if len(node.args) != INTRINSICS[node.fn]:
                 raise BuildError(f"{program.name}: {node.fn}() takes {INTRINSICS[node.fn]} arguments, "
                                  f"got {len(node.args)}")
-            if not is_float(node.dtype) and node.fn != "dot4_u8s8":
+            if not is_float(node.dtype) and node.fn not in ("dot4_u8s8", "bf16x2"):
                 raise BuildError(f"{program.name}: {node.fn}() on {node.dtype} is not supported (floats only)")
             self.generic_visit(node)
     V().visit(program.body)

@@ -1,12 +1,13 @@
-"""AMX: a loop nest tensorized as "amx" (`Stage.tensorize`) runs on the CPU's int8 matrix tiles.
+"""AMX: a loop nest tensorized as "amx" (`Stage.tensorize`) runs on the CPU's matrix tiles.
 
 The nest is three perfectly nested loops (in any order) over one update
 
-    C[i, j] += dot4_u8s8(A[i, k], B[k, j])      (int32 C; A four uint8 of a row, B four int8 of a column)
+    C[i, j] += dot4_u8s8(A[i, k], B[k, j])   (int32 C; A four uint8 of a row, B four int8 of a column: tdpbusd)
+    C[i, j] += dot2_bf16(A[i, k], B[k, j])   (float32 C; A and B two bfloat16 each: tdpbf16ps)
 
 with unit stride in j (C and B) and in k (A), every extent a multiple of 16, and row strides
-that are constants. That is `tdpbusd`'s contract: a C tile is 16 rows of 16 int32, an A tile 16
-rows of 64 bytes (16 k), a B tile 16 rows of 64 bytes (16 k of 16 columns, four bytes each).
+that are constants. That is the instructions' contract: a C tile is 16 rows of 16 32-bit values,
+an A tile 16 rows of 64 bytes (16 k), a B tile 16 rows of 64 bytes (16 k of 16 columns).
 The nest runs as blocks of up to 2 x 2 C tiles that stay in tile registers across the whole k
 loop (tiles 0-3; A in 4-5, B in 6-7), loaded from C before it and stored after it. Each
 nest configures the tiles (`ldtilecfg`) itself, as every thread of a parallel loop must."""
@@ -21,7 +22,9 @@ from .cpu import AMX
 from .support import I8, I64, PTR, VOID
 from .vectorize import lane_coef
 
-_TILE = 16                       # rows of a tile, int32 columns of a C tile, k (groups of 4) of an A tile
+_TILE = 16                       # rows of a tile, columns of a C tile, k (groups of 4 or 2) of an A tile
+#: the update's product -> (C's dtype, the tile instruction)
+_PRODUCTS = {"dot4_u8s8": ("int32", "llvm.x86.tdpbusd"), "dot2_bf16": ("float32", "llvm.x86.tdpbf16ps")}
 
 
 def emit(cg, loop: ir.For) -> None:
@@ -29,10 +32,10 @@ def emit(cg, loop: ir.For) -> None:
     name = cg.program.name
     if loop.tag != "amx":
         raise BuildError(f"{name}: loop {loop.var.name} is tensorized as {loop.tag!r}; this target knows 'amx'")
-    roles, (C, A, B), (base_c, base_a, base_b), (sc, sa, sb) = _match(name, loop)
-    if not AMX <= cg.features:
+    fn, roles, (C, A, B), (base_c, base_a, base_b), (sc, sa, sb) = _match(name, loop)
+    if not AMX[fn] <= cg.features:
         raise BuildError(f"{name}: loop {loop.var.name} is tensorized as 'amx', but this CPU lacks "
-                         f"{', '.join(sorted(AMX - cg.features))}; choose a schedule without it")
+                         f"{', '.join(sorted(AMX[fn] - cg.features))}; choose a schedule without it")
     ext = {r: lp.extent for r, lp in roles.items()}
     b, index = cg.b, ir.INDEX
     mt, nt = (2 if ext[r] % (2 * _TILE) == 0 else 1 for r in "ij")
@@ -40,7 +43,7 @@ def emit(cg, loop: ir.For) -> None:
     cg.b.call(cg.declare("llvm.x86.ldtilecfg", VOID, [PTR]), [config])
     load = cg.declare("llvm.x86.tileloadd64", VOID, [I8, PTR, I64])
     store = cg.declare("llvm.x86.tilestored64", VOID, [I8, PTR, I64])
-    dot = cg.declare("llvm.x86.tdpbusd", VOID, [I8, I8, I8])
+    dot = cg.declare(_PRODUCTS[fn][1], VOID, [I8, I8, I8])
     bi, bj, bk = (ir.Var(f"{loop.var.name}.amx.{r}", index) for r in "ijk")
 
     def tile(op, t: int, buf: ir.Buffer, at: ir.Expr, stride: int):
@@ -73,19 +76,19 @@ def emit(cg, loop: ir.For) -> None:
 
 
 def _match(name: str, loop: ir.For):
-    """The nest's loops by role (i, j, k), its buffers (C, A, B), their bases (the indices at
-    i = j = k = 0) and row strides; a BuildError that says what does not fit."""
+    """The nest's product, its loops by role (i, j, k), its buffers (C, A, B), their bases (the
+    indices at i = j = k = 0) and row strides; a BuildError that says what does not fit."""
     loops, body = [], loop
     while isinstance(body, ir.For):
         loops.append(body)
         body = body.body
-    shape = "three nested loops over C[i, j] += dot4_u8s8(A[i, k], B[k, j])"
+    shape = "three nested loops over C[i, j] += dot4_u8s8 or dot2_bf16(A[i, k], B[k, j])"
     v = body.value if isinstance(body, ir.Store) else None
     call = next((x for x in (v.a, v.b) if isinstance(x, ir.Call)), None) \
         if isinstance(v, ir.BinOp) and v.op == "+" else None
     acc = next((x for x in (v.a, v.b) if isinstance(x, ir.Load) and x.buffer is body.buffer), None) if call else None
-    if len(loops) != 3 or acc is None or call.fn != "dot4_u8s8" \
-            or not all(isinstance(x, ir.Load) for x in call.args) or body.buffer.dtype != "int32":
+    if len(loops) != 3 or acc is None or call.fn not in _PRODUCTS \
+            or not all(isinstance(x, ir.Load) for x in call.args) or body.buffer.dtype != _PRODUCTS[call.fn][0]:
         raise BuildError(f"{name}: the nest tensorized as 'amx' at {loop.var.name} is not {shape}")
     (la, lb), ls = call.args, [lp.var for lp in loops]
     coefs, bases = [], []
@@ -110,7 +113,7 @@ def _match(name: str, loop: ir.For):
     bad = [f"{lp.var.name} ({lp.extent})" for lp in roles.values() if lp.extent % _TILE]
     if bad:
         raise BuildError(f"{name}: 'amx' needs extents that are multiples of {_TILE}: {', '.join(bad)}")
-    return roles, (body.buffer, la.buffer, lb.buffer), tuple(bases), (cc[i], ca[i], cb[k])
+    return call.fn, roles, (body.buffer, la.buffer, lb.buffer), tuple(bases), (cc[i], ca[i], cb[k])
 
 
 def _config(module: ll.Module) -> ll.GlobalVariable:
