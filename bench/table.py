@@ -65,9 +65,10 @@ def e2e_row(doc: dict) -> list[str]:
     untuned = (f"; untuned {first['seconds']['onnxruntime']['median'] / first['seconds']['tunekit']['median']:.2f}x "
                "onnxruntime" if first["trials_per_task"] == 0 and first is not last else "")
     side = {"pytorch": "PyTorch"}
-    if precision != "float32":   # the quantized file's sides, then the float32 file's
+    if precision != "float32":
         name += f", {precision}"
-        side.update({"tunekit": f"tunekit {precision}", "onnxruntime": f"onnxruntime {precision}"})
+    if precision == "int8":   # the quantized file's sides, then the float32 file's
+        side["onnxruntime"] = "onnxruntime int8"
     return [name, ms(s["tunekit"]), "; ".join(f"{side.get(k, k)} {ms(s[k])}" for k in bases),
             "; ".join(f"{ratio(s[k], s['tunekit'])} {side.get(k, k)}" for k in bases) + untuned, trials(last)]
 
