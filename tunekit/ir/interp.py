@@ -88,12 +88,15 @@ def bf16x2(lo, hi):
     return (bits(lo) | (bits(hi) << 16)).astype(np.uint32).view(np.int32)
 
 
+def bf16_halves(v):
+    """(low, high) float32 (numpy): the two bfloat16 values of the pairs `v` (int32)."""
+    u = np.asarray(v, np.int64).astype(np.uint32)
+    return (u << 16).view(np.float32), (u & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
 def dot2_bf16(a, b):
     """float32 (numpy): low times low plus high times high of the bfloat16 pairs `a` and `b` (int32)."""
-    def halves(v):
-        u = np.asarray(v, np.int64).astype(np.uint32)
-        return (u << 16).view(np.float32), (u & 0xFFFF0000).astype(np.uint32).view(np.float32)
-    (al, ah), (bl, bh) = halves(a), halves(b)
+    (al, ah), (bl, bh) = bf16_halves(a), bf16_halves(b)
     return (al * bl + ah * bh).astype(np.float32)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import model_validator
 
 from .. import te
-from ..ir.interp import bf16x2
+from ..ir.interp import bf16_halves, bf16x2
 from . import epilogue
 from .epilogue import EpilogueArgs, fused, has_epilogue
 from .op import Op, OpArgs, Size
@@ -51,9 +51,8 @@ def pack_weights(b: np.ndarray) -> np.ndarray:
 
 def unpack(pairs: np.ndarray, axis: int) -> np.ndarray:
     """numpy: int32 pairs as the float32 values they hold, their two k interleaved along `axis`."""
-    u = np.ascontiguousarray(pairs).view(np.uint32)
-    lo, hi = (u << 16).view(np.float32), (u & 0xFFFF0000).view(np.float32)
-    return np.stack([lo, hi], axis=axis + 1).reshape(*(d * (2 if i == axis else 1) for i, d in enumerate(u.shape)))
+    return np.stack(bf16_halves(pairs), axis=axis + 1).reshape(
+        *(d * (2 if i == axis else 1) for i, d in enumerate(pairs.shape)))
 
 
 def reference(A, B, *extra, bias=False, residual=False, activation="none", **_):

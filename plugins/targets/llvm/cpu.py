@@ -334,15 +334,6 @@ class ArmCpuTarget(_CpuTarget):
 # -- loading -------------------------------------------------------------------------
 
 _ENGINES: OrderedDict = OrderedDict()
-@functools.cache
-def _amx_permission() -> None:
-    """Ask Linux for the AMX tile state, which it gives a process only on request (once)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(158, 0x1023, 18) != 0:      # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
-        raise KernelLoadError(f"Linux refused this process the AMX tile state (errno {ctypes.get_errno()}), "
-                              "which a kernel tensorized as 'amx' needs")
-
-
 _ENGINES_MAX = 64
 _LOCK = threading.Lock()
 
@@ -361,6 +352,15 @@ def _gomp() -> str | None:
         except RuntimeError as e:
             errors.append(str(e))
     return "libgomp (GNU OpenMP runtime) was not found: " + "; ".join(errors or ["find_library('gomp') is None"])
+
+
+@functools.cache
+def _amx_permission() -> None:
+    """Ask Linux for the AMX tile state, which it gives a process only on request (once)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(158, 0x1023, 18) != 0:      # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
+        raise KernelLoadError(f"Linux refused this process the AMX tile state (errno {ctypes.get_errno()}), "
+                              "which a kernel tensorized as 'amx' needs")
 
 
 def _load(artifact: tunekit.Artifact) -> Callable[..., None]:

@@ -25,6 +25,8 @@ from .support import (
 )
 
 _ICMP = {"<", "<=", ">", ">=", "==", "!="}
+#: the dot product intrinsics -> the dtype they accumulate in
+_DOTS = {"dot4_u8s8": "int32", "dot2_bf16": "float32"}
 
 
 class ExpressionEmitter:
@@ -108,15 +110,10 @@ class ExpressionEmitter:
 
     def binop(self, e: ir.BinOp) -> ll.Value:
         b, op, dt = self.b, e.op, e.a.dtype
-        if op == "+" and e.dtype == "int32":   # acc + dot4_u8s8(x, y) -> one dot instruction that accumulates
+        if op == "+":   # acc + dot4_u8s8 / dot2_bf16(x, y) -> one dot instruction that accumulates
             for acc, dot in ((e.a, e.b), (e.b, e.a)):
-                if isinstance(dot, ir.Call) and dot.fn == "dot4_u8s8":
-                    return self.dot4(*self.match(*(self.typed(v, "int32") for v in (*dot.args, acc))))
-        if op == "+" and e.dtype == "float32":   # acc + dot2_bf16(x, y) -> one dot instruction that accumulates
-            for acc, dot in ((e.a, e.b), (e.b, e.a)):
-                if isinstance(dot, ir.Call) and dot.fn == "dot2_bf16":
-                    return self.dot2(*self.match(*(self.typed(v, "int32") for v in dot.args),
-                                                 self.typed(acc, "float32")))
+                if isinstance(dot, ir.Call) and _DOTS.get(dot.fn) == e.dtype:
+                    return self.dot(dot, self.typed(acc, e.dtype))
         if op == "+" and is_float(e.dtype):   # x + a*b -> fmuladd (fused where the target has FMA)
             for acc, prod in ((e.a, e.b), (e.b, e.a)):
                 if isinstance(prod, ir.BinOp) and prod.op == "*":
@@ -190,21 +187,24 @@ class ExpressionEmitter:
     def call(self, e: ir.Call) -> ll.Value:
         if e.fn == "bf16x2":
             return self.bf16x2(*self.match(*(self.typed(a, "float32") for a in e.args)))
-        if e.fn == "dot2_bf16":
-            x, y = self.match(*(self.typed(a, "int32") for a in e.args))
-            return self.dot2(x, y, None)
+        if e.fn in _DOTS:
+            return self.dot(e, None)
         args = self.match(*(self.typed(a, e.dtype) for a in e.args))
         t = args[0].type
-        if e.fn == "dot4_u8s8":
-            return self.dot4(*args, ll.Constant(t, None))
         if e.fn in ("exp", "tanh") and e.dtype == "float32":
             return self.exp_f32(args[0]) if e.fn == "exp" else self.tanh_f32(args[0])
         name = {"fabs": "llvm.fabs", "fma": "llvm.fma"}.get(e.fn, f"llvm.{e.fn}")
         return self.b.call(self.intrinsic(name, [t], t, [t] * len(args)), args, fastmath=FAST)
 
-    def dot4(self, x: ll.Value, y: ll.Value, acc: ll.Value) -> ll.Value:
-        """acc + dot4_u8s8(x, y) per lane: VNNI's vpdpbusd on vectors of the widths the CPU has it
-        for (`features`), else four shifted byte products (any CPU, any width)."""
+    def dot(self, e: ir.Call, acc: ll.Value | None) -> ll.Value:
+        """acc + the dot product call `e` (`_DOTS`; acc None: 0), scalars broadcast to the vectors' lanes."""
+        x, y, *rest = self.match(*(self.typed(a, "int32") for a in e.args), *(() if acc is None else (acc,)))
+        return (self.dot4 if e.fn == "dot4_u8s8" else self.dot2)(x, y, rest[0] if rest else None)
+
+    def dot4(self, x: ll.Value, y: ll.Value, acc: ll.Value | None) -> ll.Value:
+        """acc + dot4_u8s8(x, y) per lane (acc None: 0): VNNI's vpdpbusd on vectors of the widths the CPU
+        has it for (`features`), else four shifted byte products (any CPU, any width)."""
+        acc = acc if acc is not None else ll.Constant(x.type, None)
         n = x.type.count if isinstance(x.type, ll.VectorType) else 0
         widths = [w for w, need in ((16, {"avx512vnni"}), (8, {"avx512vnni", "avx512vl"}), (8, {"avxvnni"}),
                                     (4, {"avx512vnni", "avx512vl"}), (4, {"avxvnni"})) if need <= self.features]
@@ -242,8 +242,7 @@ class ExpressionEmitter:
         if n and n % 16 == 0 and "avx512bf16" in self.features:
             vf, vi = ll.VectorType(ll.FloatType(), 16), ll.VectorType(I32, 16)
             fn = self.declare("llvm.x86.avx512bf16.dpbf16ps.512", vf, [vf, vi, vi])
-            parts = [b.call(fn, [self._lanes(v, k, 16) for v in (acc, x, y)]) for k in range(0, n, 16)]
-            return self._join(parts)
+            return self._join([b.call(fn, [self._lanes(v, k, 16) for v in (acc, x, y)]) for k in range(0, n, 16)])
         it = ll.VectorType(I32, n) if n else I32
         high = self._splat(it, -65536)   # 0xFFFF0000
 

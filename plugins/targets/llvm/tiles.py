@@ -39,8 +39,7 @@ def emit(cg, loop: ir.For) -> None:
     ext = {r: lp.extent for r, lp in roles.items()}
     b, index = cg.b, ir.INDEX
     mt, nt = (2 if ext[r] % (2 * _TILE) == 0 else 1 for r in "ij")
-    config = _config(cg.module)
-    cg.b.call(cg.declare("llvm.x86.ldtilecfg", VOID, [PTR]), [config])
+    b.call(cg.declare("llvm.x86.ldtilecfg", VOID, [PTR]), [_config(cg.module)])
     load = cg.declare("llvm.x86.tileloadd64", VOID, [I8, PTR, I64])
     store = cg.declare("llvm.x86.tilestored64", VOID, [I8, PTR, I64])
     dot = cg.declare(_PRODUCTS[fn][1], VOID, [I8, I8, I8])
