@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,3 +121,49 @@ def test_tunekit_run_tells_a_quantized_output_s_difference_from_onnxruntime_in_s
     step = float(numpy_helper.to_array(next(t for t in onnx.load(path).graph.initializer if t.name == "y_scale")))
     assert re.search(rf"output 'y' \(quantized, step {step:.3g}\): largest difference from onnxruntime "
                      r"[01]\.\d\d steps; 0\.00% of its values differ by more than one step", out), out
+
+
+def _cnn(path: str, shape=(1, 3, 12, 12)) -> None:
+    """A small float32 CNN of ResNet's kinds: Conv (3 input channels, as an image's) and ReLU, MaxPool, a
+    residual block (Conv, Add, ReLU), a strided 1x1 Conv, GlobalAveragePool, Flatten, Gemm."""
+    conv = lambda i, o, **a: helper.make_node("Conv", [i, f"{o}.w", f"{o}.b"], [o], name=o, **a)
+    nodes = [conv("x", "c1", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"], name="r1"),
+             helper.make_node("MaxPool", ["r1"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             conv("p", "c2", pads=[1, 1, 1, 1]), helper.make_node("Add", ["c2", "p"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["r2"], name="r2"), conv("r2", "c3", strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["c3"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["y"], name="fc", transB=1)]
+    inits = {"c1.w": RNG.standard_normal((8, 3, 3, 3)) * 0.4, "c1.b": RNG.standard_normal(8) * 0.1,
+             "c2.w": RNG.standard_normal((8, 8, 3, 3)) * 0.2, "c2.b": RNG.standard_normal(8) * 0.1,
+             "c3.w": RNG.standard_normal((16, 8, 1, 1)) * 0.4, "c3.b": RNG.standard_normal(16) * 0.1,
+             "fc.w": RNG.standard_normal((5, 16)) * 0.3, "fc.b": RNG.standard_normal(5) * 0.1}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_qdq_convolutions_run_as_int8_convolutions_channels_last_and_match_onnxruntime(tmp_path):
+    """Each QDQ Conv is one qconv2d; the max pool takes the uint8 values themselves; the residual Add
+    runs on the channels-last tensors; NCHW again only for the global pool."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
+    from quantized_nets import quantize
+    src, path = str(tmp_path / "cnn.onnx"), str(tmp_path / "cnn_int8.onnx")
+    _cnn(src)
+    feeds = lambda seed: {"x": np.random.default_rng(seed).standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    quantize(src, path, feeds, samples=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # no tuning records: default configs
+        net = tunekit.compile_model(path, target="x86")
+    ops = [n.op for n in net.graph.nodes]
+    assert ops.count("qconv2d") == 3 and "onnx_maxpool" in ops and "max_pool2d" not in ops, ops
+    transposes = [n for n in net.graph.nodes if "transpose" in n.op]
+    assert len(transposes) == 2, [n.op for n in transposes]   # the image in, the last conv's output out
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    step = float(numpy_helper.to_array(next(t for t in onnx.load(path).graph.initializer if t.name == "y_scale")))
+    for seed in (11, 12, 13):
+        x = feeds(seed)["x"]
+        np.testing.assert_allclose(net(x)[0], session.run(None, {"x": x})[0], rtol=0, atol=step * 1.01)

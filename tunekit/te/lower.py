@@ -8,14 +8,16 @@ Reductions get their initialization just above their first reduction loop.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import ir
 from ..errors import ScheduleError
 from . import bound
 from .schedule import Schedule, Split, Stage
 from .tensor import REDUCE, Reduce, Tensor
 
-_INIT = {"sum": lambda dt: ir.const(0 if dt.startswith("int") else 0.0, dt),
-         "max": lambda dt: ir.const(-(2 ** 31) if dt.startswith("int") else float("-inf"), dt)}
+_INIT = {"sum": lambda dt: ir.const(0 if "int" in dt else 0.0, dt),
+         "max": lambda dt: ir.const(int(np.iinfo(dt).min) if "int" in dt else float("-inf"), dt)}
 
 
 def _combine(comb: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:

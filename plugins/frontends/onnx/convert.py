@@ -18,6 +18,7 @@ from . import lower_conv_transpose, lower_lstm
 from .anchors import Anchors
 from .context import ONNX_DTYPES, NodeContext, attrs_of
 from .load import check_dtypes, load, node_name
+from .lower_qdq import ChannelsLast
 from .lower_quantized import MICROSOFT, qmatmul_nodes
 from .lowerings import KINDS, LOWERINGS
 
@@ -52,7 +53,7 @@ def _shape(value_info, path: str) -> tuple:
 
 def convert(path: str) -> Graph:
     """Read the ONNX model at `path` into a Graph (see `tunekit.frontends.Frontend.load`)."""
-    model, consts = load(path)
+    model, consts, dequantized = load(path)
     g = model.graph
     check_dtypes(g, path)
     _check_ops(model, path)
@@ -62,6 +63,7 @@ def convert(path: str) -> Graph:
             cv.shapes[v.name] = _shape(v, path)
             cv.dtypes[v.name] = ONNX_DTYPES[v.type.tensor_type.elem_type]
     cv.used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    cv.channels_last = ChannelsLast(cv, g, dequantized)
     for n in g.node:
         cv.translate(n)
     inputs = [v.name for v in g.input if v.name not in cv.constants]
@@ -106,6 +108,8 @@ class _Converter(GraphBuilder):
             raise self.fail(n, f"tunekit cannot read it ({type(e).__name__}: {e})") from e
 
     def _add(self, n) -> None:
+        if self.channels_last.translate(n):
+            return None
         if n.op_type in ANCHORS and (node := self.anchors.make(n)) is not None:
             return self.add(node, self.shapes[n.output[0]])
         if n.op_type in ("MatMulInteger", "QLinearMatMul") and (nodes := qmatmul_nodes(self, n)) is not None:

@@ -20,7 +20,8 @@ def node_name(n) -> str:
 
 def load(path: str):
     """The checked ONNX model at `path`, its constants folded, with every tensor's shape inferred,
-    and its constants as arrays by name."""
+    its constants as arrays by name, and those folded from a DequantizeLinear, each with that
+    node's inputs and axis (a QDQ model's weights: `lower_qdq` reads their integers)."""
     import onnx
     from google.protobuf.message import DecodeError
     try:
@@ -43,8 +44,8 @@ def load(path: str):
                          f"truncated or in another format); {REDO}")
     try:
         onnx.checker.check_model(model)
-        model, consts = fold(onnx.shape_inference.infer_shapes(model), path)
-        return _infer_microsoft(onnx.shape_inference.infer_shapes(model, strict_mode=True)), consts
+        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(model), path)
+        return _infer_microsoft(onnx.shape_inference.infer_shapes(model, strict_mode=True)), consts, dequantized
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
                          "edited file fails these checks)") from None
@@ -158,11 +159,13 @@ def _reference(n, values: list, opsets) -> list[np.ndarray]:
 def fold(model, path: str):
     """Return `model` with every node computable at load time (its inputs constants, or a Shape
     or Size of a static shape) replaced by initializers, shapes re-inferred until nothing folds,
-    and its constants as arrays by name (the initializers, the folded values)."""
+    its constants as arrays by name (the initializers, the folded values), and the folded
+    DequantizeLinear outputs, each with (quantized, scale, zero point or "", axis)."""
     import onnx
     from onnx import numpy_helper
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}   # read once: weights are large
+    dequantized = {}
     while True:
         shapes = _static_shapes(model)
         folded, keep = {}, []
@@ -181,8 +184,10 @@ def fold(model, path: str):
                 continue
             for name, v in zip(n.output, value):
                 consts[name] = folded[name] = v
+            if n.op_type == "DequantizeLinear":
+                dequantized[n.output[0]] = (*n.input, "")[:3] + (next((a.i for a in n.attribute if a.name == "axis"), 1),)
         if not folded:
-            return model, consts
+            return model, consts, dequantized
         used = {i for n in keep for i in n.input} | {o.name for o in g.output}
         del g.node[:]
         g.node.extend(keep)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tunekit import Template, te
 from tunekit.ops.bmatmul import compute as bmatmul_compute
 from tunekit.ops.epilogue import accumulator
+from tunekit.ops.qconv2d import compute as qconv2d_compute
 from tunekit.ops.qmatmul import compute as qmatmul_compute
 
 from ._common import cdiv, registers, vectorize
@@ -32,6 +33,44 @@ def bmatmul_tiled(cfg, device, M, N, K, dtype="float32", **epilogue):
     s = te.create_schedule(out)
     acc = accumulator(s, out, epilogue)
     _tiled(cfg, device, s, acc, out, "amx-bf16", K // 2)
+    return s, [*params, out]
+
+
+def qconv2d_tiled(cfg, device, N, H, W, C, K_out, R, S, stride=1, padding=0, dilation=1, dtype="uint8",
+                  out_dtype="uint8", zero=0, pad_value=0):
+    """qconv2d with a block of (pixels of a row) x (output channels) per task in vector registers: per
+    tap and four channels, a pixel's data broadcast and the block's weights loaded as they lie. The
+    knob `k_outer` runs the output channel blocks outermost (each block's weights stay in cache)."""
+    *params, out = qconv2d_compute(N, H, W, C, K_out, R, S, stride, padding, dilation, dtype, out_dtype, zero,
+                                    pad_value)
+    s = te.create_schedule(out)
+    stage = {st.op.name: st.op.output for st in s.stages}
+    acc, lanes, regs = stage["qconv"], device.lanes("int32"), registers(device)
+    _, _, OW, K = out.shape
+    cfg.define_split("tile_x", OW, num_outputs=2, filter=lambda v: v[1] <= 16)
+    cfg.define_split("tile_k", K, num_outputs=2, policy="power2",
+                     filter=lambda v: v[1] <= 4 * lanes and (v[1] % lanes == 0 or 2 * v[1] > min(K, lanes)))
+    cfg.define_knob("k_outer", [0, 1])
+    cfg.constrain(lambda c: c["tile_x"][1] * cdiv(c["tile_k"][1], lanes) <= regs - 2)
+    k = 1 << min(K, 4 * lanes).bit_length() - 1   # untuned: the widest block, as many pixels as fit
+    x = max(v for v in range(1, min(OW, 16) + 1) if OW % v == 0 and v * cdiv(k, lanes) <= regs - 2)
+    cfg.prefer(tile_k=(K // k, k), tile_x=(cdiv(OW, x), x))
+
+    n, y, ox, ok = s[out].op.axis
+    xo, xi = cfg["tile_x"].apply(s, out, ox)
+    ko, ki = cfg["tile_k"].apply(s, out, ok)
+    s[out].reorder(*((ko, n, y, xo) if cfg["k_outer"] else (n, y, xo, ko)), xi, ki)
+    par = s[out].fuse(*((ko, n, y, xo) if cfg["k_outer"] else (n, y, xo, ko)))
+    s[out].parallel(par)
+    vectorize(s, out, ki, lanes)
+    s[acc].compute_at(s[out], par)
+    an, ay, ax, ak = s[acc].op.axis
+    s[acc].reorder(*s[acc].op.reduce_axis, an, ay, ax, ak)
+    s[acc].unroll(ax)
+    vectorize(s, acc, ak, lanes)
+    if "pad" in stage:
+        pn, ph, *_ = s[stage["pad"]].op.axis
+        s[stage["pad"]].parallel(s[stage["pad"]].fuse(pn, ph))
     return s, [*params, out]
 
 
@@ -78,4 +117,5 @@ def _tiled(cfg, device, s, acc, out, tile_feature: str, groups: int) -> None:
 
 
 TEMPLATES = [Template("qmatmul", "tiled", ("cpu",), qmatmul_tiled, priority=20),
+             Template("qconv2d", "tiled", ("cpu",), qconv2d_tiled, priority=20),
              Template("bmatmul", "tiled", ("cpu",), bmatmul_tiled, priority=20, epilogue=True)]

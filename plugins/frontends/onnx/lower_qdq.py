@@ -1,0 +1,212 @@
+"""QDQ convolutions as tunekit's int8 `qconv2d`, channels last. onnxruntime's quantize_static
+writes each quantized Conv as DequantizeLinear(x) -> Conv(DequantizeLinear(w), DequantizeLinear(b))
+-> QuantizeLinear; where x is uint8 with one scale and zero point, w int8 constants (zero point 0,
+one scale or one per output channel), b absent or int32 on the scale x_scale * w_scale, and the
+QuantizeLinear the Conv's only reader, the four run as one qconv2d: the product on the dot
+instruction, requantized in its output stage (onnxruntime's own fusion, QLinearConv).
+
+Its data and output are channels last ([N, H, W, C], the channels padded to a multiple of 4 with
+the zero point), each such tensor a twin of the model's NCHW one. The nodes between the
+convolutions that compute each value alone (QuantizeLinear, DequantizeLinear of one scale, Add of
+equal shapes, Relu) run on the twins as they lie; a twin is transposed back to NCHW only where
+another node reads it, and an NCHW tensor to channels last only where a qconv2d reads it."""
+from __future__ import annotations
+
+import numpy as np
+
+from tunekit import ir, te
+from tunekit.graph import Node
+from tunekit.ops.conv2d import out_size
+from tunekit.ops.qconv2d import pack_weights
+
+from .context import attrs_of
+from .lowerings import LOWERINGS
+
+#: the nodes that compute each element alone (on per-tensor quantization parameters)
+ELEMENTWISE = {"QuantizeLinear", "DequantizeLinear", "Add", "Relu"}
+
+
+class ChannelsLast:
+    """The QDQ convolutions of ONNX graph `g` (translated by `cv`, a `_Converter`) and their twins.
+
+    Args:
+        cv: the converter (its constants, shapes, dtypes; it adds the nodes).
+        g: the ONNX graph.
+        dequantized: the constants folded from a DequantizeLinear, each with that node.
+    """
+
+    def __init__(self, cv, g, dequantized: dict):
+        self.cv, self.dequantized = cv, dequantized
+        self.twin: dict[str, str] = {}        # an NCHW tensor -> its channels-last twin
+        self.nchw: set[str] = set()            # the twins' NCHW tensors made so far
+        producer = {o: n for n in g.node for o in n.output}
+        readers: dict[str, list] = {}
+        for n in g.node:
+            for i in dict.fromkeys(n.input):
+                readers.setdefault(i, []).append(n)
+        outputs = {o.name for o in g.output}
+        # nodes by their first output (protobuf hands out a new object per access)
+        self.convs = {n.output[0]: m for n in g.node if n.op_type == "Conv" and n.output[0] not in outputs
+                      and (m := self._match(n, producer, readers)) is not None}
+        self.pools = {n.output[0]: m for n in g.node if n.op_type == "MaxPool" and n.output[0] not in outputs
+                      and (m := self._match_pool(n, producer, readers)) is not None}
+        folded = self.convs.keys() | self.pools.keys()
+        # a DequantizeLinear read only by the folded nodes (they read its input)
+        self.skip = {m["q"].output[0] for m in [*self.convs.values(), *self.pools.values()]} | {
+            d.output[0] for d in g.node if d.op_type == "DequantizeLinear" and d.output[0] not in outputs
+            and (rs := readers.get(d.output[0])) and all(r.output[0] in folded for r in rs)}
+
+    def _scalar(self, name: str, dtypes=("uint8",)):
+        """Constant `name` of one element and one of `dtypes`, or None ("" reads as a uint8 zero)."""
+        if not name:
+            return np.zeros((), np.uint8)
+        v = self.cv.constants.get(name)
+        return v.reshape(()) if v is not None and v.size == 1 and str(v.dtype) in dtypes else None
+
+    def _match(self, n, producer: dict, readers: dict) -> dict | None:
+        """What folds conv `n` into a qconv2d (see the module's doc), or None."""
+        cv, d, q = self.cv, producer.get(n.input[0]), readers.get(n.output[0], [])
+        w = self.dequantized.get(n.input[1])
+        attrs = attrs_of(n)
+        pads = attrs.get("pads", [0, 0, 0, 0])
+        if not (d is not None and d.op_type == "DequantizeLinear" and cv.dtypes.get(d.input[0]) == "uint8"
+                and len(q) == 1 and q[0].op_type == "QuantizeLinear" and w is not None
+                and attrs.get("group", 1) == 1 and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+                and len(pads) == 4 and pads[:2] == pads[2:] and len(cv.shapes.get(n.input[0], ())) == 4):
+            return None
+        q = q[0]
+        x_scale, x_zero = self._scalar(d.input[1], ("float32",)), self._scalar(d.input[2] if len(d.input) > 2 else "")
+        y_scale = self._scalar(q.input[1], ("float32",))
+        y_zero = self._scalar(q.input[2] if len(q.input) > 2 else "", ("uint8", "int8"))
+        wq, ws, wz = (cv.constants.get(k) if k else None for k in w[:3])
+        if any(v is None for v in (x_scale, x_zero, y_scale, y_zero, wq, ws)) or wq.dtype != np.int8 or wq.ndim != 4 \
+                or wz is not None and wz.any() or ws.size not in (1, wq.shape[0]) or ws.size > 1 and w[3] != 0:
+            return None
+        scales = (np.float32(x_scale) * ws.astype(np.float32).reshape(-1)).astype(np.float32)
+        bias = np.zeros(wq.shape[0], np.int64)
+        if len(n.input) > 2 and n.input[2]:
+            b = self.dequantized.get(n.input[2])
+            bq, bs = (cv.constants.get(b[k]) if b and b[k] else None for k in (0, 1))
+            if bq is None or bq.dtype != np.int32 or b[2] and cv.constants[b[2]].any() or \
+                    not np.allclose(bs.reshape(-1), scales, rtol=1e-5, atol=0):
+                return None
+            bias = np.broadcast_to(bq.reshape(-1).astype(np.int64), bias.shape)
+        return dict(x=d.input[0], x_zero=int(x_zero), w=wq, bias=bias, q=q, out_dtype=str(y_zero.dtype),
+                    zero=int(y_zero), scale=np.broadcast_to(scales / np.float32(y_scale), bias.shape))
+
+    def _match_pool(self, n, producer: dict, readers: dict) -> dict | None:
+        """A MaxPool of DequantizeLinear(x) read only by a QuantizeLinear of the same scale and zero point:
+        the max of the uint8 values themselves (quantizing is monotonic); or None."""
+        d, q, attrs = producer.get(n.input[0]), readers.get(n.output[0], []), attrs_of(n)
+        pads = attrs.get("pads", [0, 0, 0, 0])
+        if not (d is not None and d.op_type == "DequantizeLinear" and self.cv.dtypes.get(d.input[0]) == "uint8"
+                and len(q) == 1 and q[0].op_type == "QuantizeLinear" and len(n.output) == 1
+                and not attrs.get("ceil_mode", 0) and attrs.get("auto_pad", "NOTSET") == "NOTSET"
+                and len(pads) == 4 and pads[:2] == pads[2:] and len(self.cv.shapes.get(n.input[0], ())) == 4):
+            return None
+        params = [[self._scalar(k.input[1], ("float32",)), self._scalar(k.input[2] if len(k.input) > 2 else "")]
+                  for k in (d, q[0])]
+        same = all(a is not None and b is not None and a == b for a, b in zip(*params))
+        return dict(x=d.input[0], q=q[0]) if same else None
+
+    def translate(self, n) -> bool:
+        """Add what ONNX node `n` is here: nothing (a folded node), a qconv2d, a node on twins;
+        False where the converter translates it (its inputs' NCHW tensors made first)."""
+        if n.output[0] in self.skip:
+            return True
+        if n.output[0] in self.convs:
+            self._conv(n, self.convs[n.output[0]])
+            return True
+        if n.output[0] in self.pools:
+            self._pool(n, self.pools[n.output[0]])
+            return True
+        ins = [i for i in n.input if i and i not in self.cv.constants]
+        if n.op_type in ELEMENTWISE and any(i in self.twin for i in ins) and n.output[0] in self.cv.used and \
+                len({self.cv.shapes[i] for i in ins}) == 1 and self.cv.shapes[ins[0]][1] % 4 == 0 and \
+                all(self.cv.constants[i].size == 1 for i in n.input if i in self.cv.constants):
+            # (an NCHW input of these channels is made channels last: the conv that reads it may share it)
+            inputs = [self._channels_last(i, self.cv.shapes[i][1]) if i in ins else i for i in n.input]
+            out = self._name(n.output[0], self.cv.shapes[inputs[0]], self.cv.dtypes[n.output[0]])
+            node = self.cv.te_call(n.op_type, n.name or n.output[0], inputs, [out], 0, attrs_of(n),
+                                   LOWERINGS[n.op_type], self.cv._pattern(n, attrs_of(n)))
+            self.cv.add(node, self.cv.shapes[out], self.cv.dtypes[out])
+            return True
+        for i in ins:
+            if i in self.twin and i not in self.nchw:
+                self._to_nchw(i)
+        return False
+
+    def _name(self, name: str, shape: tuple, dtype: str) -> str:
+        """Declare `name`'s channels-last twin, of `shape` and `dtype`."""
+        twin = self.twin[name] = f"{name}/nhwc"
+        self.cv.shapes[twin], self.cv.dtypes[twin] = shape, dtype
+        return twin
+
+    def _conv(self, n, m: dict) -> None:
+        cv, attrs, w = self.cv, attrs_of(n), m["w"]
+        N, C, H, W = cv.shapes[n.input[0]]
+        C4 = -(-C // 4) * 4
+        data = self._channels_last(m["x"], C4, m["x_zero"])
+        w = np.pad(w, ((0, 0), (0, C4 - C), (0, 0), (0, 0)))    # the padded channels weigh nothing
+        K, _, R, S = w.shape
+        (sh, sw), (dh, dw) = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+        ph, pw = attrs.get("pads", [0, 0, 0, 0])[:2]
+        args = dict(N=N, H=H, W=W, C=C4, K_out=K, R=R, S=S, stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw),
+                    out_dtype=m["out_dtype"], zero=m["zero"], pad_value=m["x_zero"])
+        offset = m["bias"] - m["x_zero"] * w.astype(np.int64).sum((1, 2, 3))
+        inputs = [data, cv.const(f"{n.input[1]}/qconv", pack_weights(w), "int32"),
+                  cv.const(f"{n.output[0]}/offset", offset, "int32"), cv.const(f"{n.output[0]}/scale", m["scale"])]
+        shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), K)
+        out = self._name(m["q"].output[0], shape, m["out_dtype"])
+        cv.add(Node("qconv2d", args, inputs, out, n.name, "Conv"), shape, m["out_dtype"])
+
+    def _pool(self, n, m: dict) -> None:
+        attrs = attrs_of(n)
+        N, C, H, W = self.cv.shapes[m["x"]]
+        data = self._channels_last(m["x"], C)
+        (R, S), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+        (ph, pw), (dh, dw) = attrs.get("pads", [0, 0, 0, 0])[:2], attrs.get("dilations", [1, 1])
+        shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), C)
+        out = self._name(m["q"].output[0], shape, "uint8")
+
+        def lower(cx):
+            x, r, s = cx.tensor(0), te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
+
+            def window(b, y, v, c):   # padding reads 0, the least uint8 (a window holds some input)
+                h, w = y * sh + r * dh - ph, v * sw + s * dw - pw
+                inside = te.all_(h >= 0, h < H, w >= 0, w < W)
+                at = x[b, ir.min_(ir.max_(h, 0), H - 1), ir.min_(ir.max_(w, 0), W - 1), c]
+                return te.max(te.if_then_else(inside, at, ir.const(0, "uint8")), axis=[r, s])
+            return [te.compute(shape, window, name=cx.name)]
+        self.cv.add(self.cv.te_call("MaxPool", n.name or n.output[0], [data], [out], 0, {}, lower, kind="reduction"),
+                    shape, "uint8")
+
+    def _channels_last(self, name: str, C4: int, pad: int = 0) -> str:
+        """The channels-last twin of NCHW `name` with C4 channels (padded with `pad`)."""
+        if name in self.twin and self.cv.shapes[self.twin[name]][-1] == C4:
+            return self.twin[name]
+        if name in self.twin and name not in self.nchw:
+            self._to_nchw(name)
+        N, C, H, W = self.cv.shapes[name]
+        out, dtype = f"{name}/nhwc{C4}", self.cv.dtypes[name]
+        if out not in self.cv.shapes:
+            self.cv.shapes[out], self.cv.dtypes[out] = (N, H, W, C4), dtype
+            fill = ir.const(pad, dtype)
+
+            def lower(cx):
+                x = cx.tensor(0)
+                return [te.compute((N, H, W, C4), lambda n, h, w, c: x[n, c, h, w] if C4 == C else
+                                   te.if_then_else(c < C, x[n, ir.min_(c, C - 1), h, w], fill), name=cx.name)]
+            self.cv.add(self.cv.te_call("Transpose", f"{name}_nhwc", [name], [out], 0, {}, lower), (N, H, W, C4), dtype)
+        return out
+
+    def _to_nchw(self, name: str) -> None:
+        """Make NCHW `name` from its twin."""
+        self.nchw.add(name)
+        N, C, H, W = self.cv.shapes[name]
+
+        def lower(cx):
+            t = cx.tensor(0)
+            return [te.compute((N, C, H, W), lambda n, c, h, w: t[n, h, w, c], name=cx.name)]
+        self.cv.add(self.cv.te_call("Transpose", f"{name}_nchw", [self.twin[name]], [name], 0, {}, lower),
+                    (N, C, H, W), self.cv.dtypes[name])
