@@ -81,3 +81,32 @@ def test_qconv2d_takes_channels_in_fours():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tunekit.Task("qconv2d", dict(N=1, H=4, W=4, C=6, K_out=8, R=3, S=3))
+
+
+AMX = {"amx-tile", "amx-int8"} <= {f for f, on in llvm.get_host_cpu_features().items() if on}
+
+
+@pytest.mark.skipif(not AMX, reason="the CPU has no AMX tiles (amx-tile, amx-int8)")
+def test_amx_configs_run_the_convolution_on_tiles_over_flat_pixels_and_match():
+    """Stride 1, channels in 64s, output channels in 16s: the space offers tiles, untuned too; rows of
+    10 padded pixels (8 + 2) are not a multiple of a tile's 16, the pixels past each row are dropped."""
+    args, ins, want = _case(8, 8, 64, 32, 3, 3, 1, 1)
+    target = X86Target()
+    ts = tunekit.Task("qconv2d", args).bind(target)
+    tiled = [i for i in range(ts.space.size) if ts.space.valid(i) and ts.space.get(i)["amx"]]
+    assert tiled and ts.space.default() in tiled
+    for index in tiled:
+        program = ts.program(index)
+        assert "tdpbusd" in target.assembly(program)
+        arrays = [tunekit.empty(x.shape, x.dtype) for x in [*ins, want]]
+        for array, value in zip(arrays, ins):
+            array[...] = value
+        target.load(target.build(program))(*arrays)
+        assert np.array_equal(arrays[-1], want), f"config {index}"
+
+
+def test_strided_or_narrow_convolutions_offer_no_tiles():
+    for shape in [(9, 9, 64, 32, 3, 3, 2, 1), (8, 8, 32, 32, 3, 3, 1, 1), (8, 8, 64, 24, 1, 1, 1, 0)]:
+        args, _, _ = _case(*shape)
+        ts = tunekit.Task("qconv2d", args).bind(X86Target())
+        assert {ts.space.get(i)["amx"] for i in range(ts.space.size)} == {0}

@@ -87,6 +87,9 @@ def test_a_model_quantized_by_onnxruntime_matches_onnxruntime_within_one_quantiz
         warnings.simplefilter("ignore")   # no tuning records: default configs
         net = tunekit.compile_model(path, target="x86")
     assert ("qmatmul" in {n.op for n in net.graph.nodes}) == dot
+    if how == "static QDQ":   # the convolution and the depthwise one in int8, none in float
+        assert "qconv2d" in {n.op for n in net.graph.nodes} and not {"conv2d", "depthwise_conv2d"} & \
+            {n.op for n in net.graph.nodes}
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     scales = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     # one step of the output: the scale it is dequantized with (a dynamic model's output is float)

@@ -143,6 +143,11 @@ class _Define:
             return
         self._add(Knob(name, "choice", list(values)))
 
+    def values(self, name: str) -> list:
+        """The values of defined knob `name`, in order (the template reads the first while the space
+        is being defined)."""
+        return self._knobs[name].values
+
     def prefer(self, **values) -> None:
         """Name the knob values of the config to run with no tuning record (`ConfigSpace.default`):
         a rule of thumb for the untuned case that leaves the space to search unchanged."""

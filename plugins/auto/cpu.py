@@ -219,6 +219,7 @@ class Rules(RuleSet):
             self.done.add(st)
             return
         cfg.define_knob(par, [p for p in range(1, len(axes) + 1) if p < len(axes) or len(axes) == 1])
+        self.busy(par, [a.extent for a in axes])
         if st.op.reduce_axis:   # a reduction without reuse at the root: reduce loops inside, vectors innermost
             self.reduce_root(st, axes)
             return
@@ -265,6 +266,16 @@ class Rules(RuleSet):
         st.parallel(fused)
         st.vectorize(v)
         self.done.add(st)
+
+    def busy(self, par: str, extents: list[int]) -> None:
+        """Untuned: knob `par` fuses the fewest outer loops (of these extents) that give each core
+        several iterations (the outermost alone is one for a batch of one)."""
+        most, n = self.cfg.values(par)[-1], 1
+        for p, e in enumerate(extents[:most], 1):
+            n *= e
+            if n >= 4 * self.device.cores:
+                break
+        self.cfg.prefer(**{par: p})
 
     @staticmethod
     def vectorize(st, v) -> None:

@@ -18,6 +18,8 @@ from tunekit import ir, te
 from tunekit.graph import Node
 from tunekit.ops.conv2d import out_size
 from tunekit.ops.qconv2d import pack_weights
+from tunekit.topi import quantize as q
+from tunekit.topi.quantize import quantized
 
 from .context import attrs_of
 from .lowerings import LOWERINGS
@@ -57,9 +59,9 @@ class ChannelsLast:
             and (rs := readers.get(d.output[0])) and all(r.output[0] in folded for r in rs)}
 
     def _scalar(self, name: str, dtypes=("uint8",)):
-        """Constant `name` of one element and one of `dtypes`, or None ("" reads as a uint8 zero)."""
+        """Constant `name` of one element and one of `dtypes`, or None ("" reads as a zero of the first)."""
         if not name:
-            return np.zeros((), np.uint8)
+            return np.zeros((), dtypes[0])
         v = self.cv.constants.get(name)
         return v.reshape(()) if v is not None and v.size == 1 and str(v.dtype) in dtypes else None
 
@@ -68,14 +70,16 @@ class ChannelsLast:
         cv, d, q = self.cv, producer.get(n.input[0]), readers.get(n.output[0], [])
         w = self.dequantized.get(n.input[1])
         attrs = attrs_of(n)
-        pads = attrs.get("pads", [0, 0, 0, 0])
-        if not (d is not None and d.op_type == "DequantizeLinear" and cv.dtypes.get(d.input[0]) == "uint8"
+        pads, group = attrs.get("pads", [0, 0, 0, 0]), attrs.get("group", 1)
+        if not (d is not None and d.op_type == "DequantizeLinear" and cv.dtypes.get(d.input[0]) in ("uint8", "int8")
                 and len(q) == 1 and q[0].op_type == "QuantizeLinear" and w is not None
-                and attrs.get("group", 1) == 1 and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
-                and len(pads) == 4 and pads[:2] == pads[2:] and len(cv.shapes.get(n.input[0], ())) == 4):
-            return None
+                and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+                and len(pads) == 4 and pads[:2] == pads[2:] and len(cv.shapes.get(n.input[0], ())) == 4
+                and (group == 1 or group == cv.shapes[n.input[0]][1] == cv.shapes[n.output[0]][1])):
+            return None   # (a conv, or a depthwise one: a group per channel)
         q = q[0]
-        x_scale, x_zero = self._scalar(d.input[1], ("float32",)), self._scalar(d.input[2] if len(d.input) > 2 else "")
+        x_scale = self._scalar(d.input[1], ("float32",))
+        x_zero = self._scalar(d.input[2] if len(d.input) > 2 else "", (cv.dtypes[d.input[0]],))
         y_scale = self._scalar(q.input[1], ("float32",))
         y_zero = self._scalar(q.input[2] if len(q.input) > 2 else "", ("uint8", "int8"))
         wq, ws, wz = (cv.constants.get(k) if k else None for k in w[:3])
@@ -92,19 +96,21 @@ class ChannelsLast:
                 return None
             bias = np.broadcast_to(bq.reshape(-1).astype(np.int64), bias.shape)
         return dict(x=d.input[0], x_zero=int(x_zero), w=wq, bias=bias, q=q, out_dtype=str(y_zero.dtype),
-                    zero=int(y_zero), scale=np.broadcast_to(scales / np.float32(y_scale), bias.shape))
+                    zero=int(y_zero), scale=np.broadcast_to(scales / np.float32(y_scale), bias.shape),
+                    depthwise=group > 1)
 
     def _match_pool(self, n, producer: dict, readers: dict) -> dict | None:
         """A MaxPool of DequantizeLinear(x) read only by a QuantizeLinear of the same scale and zero point:
         the max of the uint8 values themselves (quantizing is monotonic); or None."""
         d, q, attrs = producer.get(n.input[0]), readers.get(n.output[0], []), attrs_of(n)
         pads = attrs.get("pads", [0, 0, 0, 0])
-        if not (d is not None and d.op_type == "DequantizeLinear" and self.cv.dtypes.get(d.input[0]) == "uint8"
+        if not (d is not None and d.op_type == "DequantizeLinear" and self.cv.dtypes.get(d.input[0]) in ("uint8", "int8")
                 and len(q) == 1 and q[0].op_type == "QuantizeLinear" and len(n.output) == 1
                 and not attrs.get("ceil_mode", 0) and attrs.get("auto_pad", "NOTSET") == "NOTSET"
                 and len(pads) == 4 and pads[:2] == pads[2:] and len(self.cv.shapes.get(n.input[0], ())) == 4):
             return None
-        params = [[self._scalar(k.input[1], ("float32",)), self._scalar(k.input[2] if len(k.input) > 2 else "")]
+        params = [[self._scalar(k.input[1], ("float32",)), self._scalar(k.input[2] if len(k.input) > 2 else "",
+                                                                         (self.cv.dtypes[d.input[0]],))]
                   for k in (d, q[0])]
         same = all(a is not None and b is not None and a == b for a, b in zip(*params))
         return dict(x=d.input[0], q=q[0]) if same else None
@@ -145,20 +151,56 @@ class ChannelsLast:
     def _conv(self, n, m: dict) -> None:
         cv, attrs, w = self.cv, attrs_of(n), m["w"]
         N, C, H, W = cv.shapes[n.input[0]]
+        if m["depthwise"]:
+            return self._depthwise(n, m)
         C4 = -(-C // 4) * 4
-        data = self._channels_last(m["x"], C4, m["x_zero"])
+        # int8 data is read as uint8, 128 more (its bits with the sign bit flipped), and so its zero point
+        shift = 128 if cv.dtypes[m["x"]] == "int8" else 0
+        x0 = m["x_zero"] + shift
+        if m["x"] in self.twin and cv.shapes[self.twin[m["x"]]][-1] == C4:
+            data = self._unsigned(self.twin[m["x"]]) if shift else self.twin[m["x"]]
+        else:
+            data = self._channels_last(m["x"], C4, x0, words=True, shift=shift)
         w = np.pad(w, ((0, 0), (0, C4 - C), (0, 0), (0, 0)))    # the padded channels weigh nothing
         K, _, R, S = w.shape
         (sh, sw), (dh, dw) = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
         ph, pw = attrs.get("pads", [0, 0, 0, 0])[:2]
         args = dict(N=N, H=H, W=W, C=C4, K_out=K, R=R, S=S, stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw),
-                    out_dtype=m["out_dtype"], zero=m["zero"], pad_value=m["x_zero"])
-        offset = m["bias"] - m["x_zero"] * w.astype(np.int64).sum((1, 2, 3))
+                    out_dtype=m["out_dtype"], zero=m["zero"], pad_value=x0)
+        offset = m["bias"] - x0 * w.astype(np.int64).sum((1, 2, 3))
         inputs = [data, cv.const(f"{n.input[1]}/qconv", pack_weights(w), "int32"),
                   cv.const(f"{n.output[0]}/offset", offset, "int32"), cv.const(f"{n.output[0]}/scale", m["scale"])]
         shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), K)
         out = self._name(m["q"].output[0], shape, m["out_dtype"])
         cv.add(Node("qconv2d", args, inputs, out, n.name, "Conv"), shape, m["out_dtype"])
+
+    def _depthwise(self, n, m: dict) -> None:
+        """A depthwise QDQ conv: per channel, the int32 sum of its window's (data - x0) * weight, as a te call."""
+        cv, attrs, w = self.cv, attrs_of(n), m["w"]
+        N, C, H, W = cv.shapes[n.input[0]]
+        _, _, R, S = w.shape
+        (sh, sw), (dh, dw) = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+        ph, pw = attrs.get("pads", [0, 0, 0, 0])[:2]
+        shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), C)
+        inputs = [self._channels_last(m["x"], C), cv.const(f"{n.input[1]}/rsc", w[:, 0].transpose(1, 2, 0), "int32"),
+                  cv.const(f"{n.output[0]}/offset", m["bias"] - m["x_zero"] * w.astype(np.int64).sum((1, 2, 3)),
+                           "int32"), cv.const(f"{n.output[0]}/scale", m["scale"])]
+        out, x0 = self._name(m["q"].output[0], shape, m["out_dtype"]), ir.const(m["x_zero"], "int32")
+
+        def lower(cx):
+            x, wt, offset, scale = (cx.tensor(k) for k in range(4))
+            r, s = te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
+
+            def acc(b, y, v, c):   # padding reads the zero point: it adds nothing
+                h, i = y * sh + r * dh - ph, v * sw + s * dw - pw
+                at = x[b, ir.min_(ir.max_(h, 0), H - 1), ir.min_(ir.max_(i, 0), W - 1), c]
+                value = te.if_then_else(te.all_(h >= 0, h < H, i >= 0, i < W), ir.cast(at, "int32"), x0)
+                return te.sum(value * wt[r, s, c], axis=[r, s])
+            a = te.compute(shape, acc, name=f"{cx.name}_acc")
+            return [te.compute(shape, lambda *i: quantized(ir.cast(a[i] + offset[i[-1]], "float32") * scale[i[-1]],
+                                                           ir.const(m["zero"], "int32"), m["out_dtype"]), name=cx.name)]
+        cv.add(cv.te_call("Conv", n.name or n.output[0], inputs, [out], 0, {}, lower, kind="reduction"), shape,
+               m["out_dtype"])
 
     def _pool(self, n, m: dict) -> None:
         attrs = attrs_of(n)
@@ -167,37 +209,69 @@ class ChannelsLast:
         (R, S), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
         (ph, pw), (dh, dw) = attrs.get("pads", [0, 0, 0, 0])[:2], attrs.get("dilations", [1, 1])
         shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), C)
-        out = self._name(m["q"].output[0], shape, "uint8")
+        out = self._name(m["q"].output[0], shape, self.cv.dtypes[m["x"]])
 
         def lower(cx):
             x, r, s = cx.tensor(0), te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
 
-            def window(b, y, v, c):   # padding reads 0, the least uint8 (a window holds some input)
+            least = ir.const(int(np.iinfo(x.dtype).min), x.dtype)
+
+            def window(b, y, v, c):   # padding reads the type's least value (a window holds some input)
                 h, w = y * sh + r * dh - ph, v * sw + s * dw - pw
                 inside = te.all_(h >= 0, h < H, w >= 0, w < W)
                 at = x[b, ir.min_(ir.max_(h, 0), H - 1), ir.min_(ir.max_(w, 0), W - 1), c]
-                return te.max(te.if_then_else(inside, at, ir.const(0, "uint8")), axis=[r, s])
+                return te.max(te.if_then_else(inside, at, least), axis=[r, s])
             return [te.compute(shape, window, name=cx.name)]
         self.cv.add(self.cv.te_call("MaxPool", n.name or n.output[0], [data], [out], 0, {}, lower, kind="reduction"),
-                    shape, "uint8")
+                    shape, self.cv.dtypes[m["x"]])
 
-    def _channels_last(self, name: str, C4: int, pad: int = 0) -> str:
-        """The channels-last twin of NCHW `name` with C4 channels (padded with `pad`)."""
+    def _channels_last(self, name: str, C4: int, pad: int = 0, words: bool = False, shift: int = 0) -> str:
+        """The channels-last twin of NCHW `name` with C4 channels (padded with `pad`); with `words` (the
+        data of a qconv2d), its 8-bit values plus `shift` four channels per int32, [N, H, W, C4/4]
+        ([N, H, W] for one word a pixel: the transpose runs in vectors along the rows)."""
         if name in self.twin and self.cv.shapes[self.twin[name]][-1] == C4:
             return self.twin[name]
         if name in self.twin and name not in self.nchw:
             self._to_nchw(name)
         N, C, H, W = self.cv.shapes[name]
-        out, dtype = f"{name}/nhwc{C4}", self.cv.dtypes[name]
+        out = f"{name}/nhwc{C4}{'w' if words else ''}"
+        shape, dtype = ((N, H, W, *([C4 // 4] if C4 > 4 else [])), "int32") if words else \
+            ((N, H, W, C4), self.cv.dtypes[name])
         if out not in self.cv.shapes:
-            self.cv.shapes[out], self.cv.dtypes[out] = (N, H, W, C4), dtype
-            fill = ir.const(pad, dtype)
+            self.cv.shapes[out], self.cv.dtypes[out] = shape, dtype
 
             def lower(cx):
                 x = cx.tensor(0)
-                return [te.compute((N, H, W, C4), lambda n, h, w, c: x[n, c, h, w] if C4 == C else
-                                   te.if_then_else(c < C, x[n, ir.min_(c, C - 1), h, w], fill), name=cx.name)]
-            self.cv.add(self.cv.te_call("Transpose", f"{name}_nhwc", [name], [out], 0, {}, lower), (N, H, W, C4), dtype)
+
+                def at(n, c, h, w):   # channel c, `pad` past C
+                    if isinstance(c, int) or C == C4:
+                        return x[n, c, h, w] if not isinstance(c, int) or c < C else ir.const(pad, x.dtype)
+                    return te.if_then_else(c < C, x[n, ir.min_(c, C - 1), h, w], ir.const(pad, x.dtype))
+
+                def byte(n, c, h, w):
+                    if isinstance(c, int) and c >= C:
+                        return ir.const(pad, "int64")
+                    whole = isinstance(c, int) or C == C4
+                    value = ir.cast(x[n, c if whole else ir.min_(c, C - 1), h, w], "int64") + shift
+                    return value if whole else te.if_then_else(c < C, value, ir.const(pad, "int64"))
+
+                def word(n, h, w, g):   # the bytes little-endian, in 64 bits, its low 32 the word
+                    b = [byte(n, 4 * g + j, h, w) for j in range(4)]
+                    return ir.cast(b[0] + b[1] * 256 + b[2] * 65536 + b[3] * 16777216, "int32")
+                f = (word if C4 > 4 else lambda n, h, w: word(n, h, w, 0)) if words else \
+                    lambda n, h, w, c: at(n, c, h, w)
+                return [te.compute(shape, f, name=cx.name)]
+            self.cv.add(self.cv.te_call("Transpose", f"{name}_nhwc", [name], [out], 0, {}, lower), shape, dtype)
+        return out
+
+    def _unsigned(self, twin: str) -> str:
+        """Channels-last int8 `twin` as uint8, 128 more."""
+        out = f"{twin}/u8"
+        if out not in self.cv.shapes:
+            shape = self.cv.shapes[out] = self.cv.shapes[twin]
+            self.cv.dtypes[out] = "uint8"
+            self.cv.add(self.cv.te_call("Cast", f"{twin}_u8", [twin], [out], 0, {},
+                                        lambda cx: [q.to_unsigned(cx.tensor(0), cx.name)]), shape, "uint8")
         return out
 
     def _to_nchw(self, name: str) -> None:
