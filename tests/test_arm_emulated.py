@@ -38,7 +38,8 @@ SHAPES = {"matmul": {"M": 13, "N": 37, "K": 7}, "batch_matmul": {"B": 2, "M": 20
           "group_conv2d": {"N": 1, "C": 4, "H": 7, "W": 9, "K_out": 6, "R": 3, "S": 3, "padding": 1, "groups": 2},
           "lstm_step": {"B": 1, "H": 21}, "qmatmul": {"M": 5, "N": 19, "K": 12, "out_dtype": "int8", "zero": 1},
           "bmatmul": {"M": 5, "N": 19, "K": 12, "bias": True},
-          "qconv2d": {"N": 1, "H": 7, "W": 6, "C": 8, "K_out": 19, "R": 3, "S": 3, "padding": 1, "pad_value": 5}}
+          "qconv2d": {"N": 1, "H": 7, "W": 6, "C": 8, "K_out": 19, "R": 3, "S": 3, "padding": 1, "pad_value": 5},
+          "qdepthwise_conv2d": {"N": 1, "H": 7, "W": 6, "C": 19, "R": 3, "S": 3, "padding": 1, "pad_value": 5}}
 BLOCKED = {"conv2d": {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 8, "R": 3, "S": 3, "padding": 1, "layout": "NCHW4c"},
            "depthwise_conv2d": {"N": 1, "C": 8, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1,
                                 "layout": "NCHW4c"},

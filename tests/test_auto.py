@@ -38,6 +38,7 @@ SMALL = {
     "qmatmul": dict(M=3, N=20, K=16, out_dtype="int8", zero=2),
     "qconv2d": dict(N=1, H=6, W=7, C=8, K_out=20, R=3, S=3, stride=1, padding=1, out_dtype="int8", zero=2,
                     pad_value=3),
+    "qdepthwise_conv2d": dict(N=1, H=6, W=7, C=20, R=3, S=3, stride=2, padding=1, dtype="int8", pad_value=-3),
     "bmatmul": dict(M=3, N=20, K=10, bias=True),
 }
 BLOCKED = {"conv2d": dict(N=1, C=8, H=4, W=4, K_out=16, R=1, S=1, stride=1, padding=0, dilation=1,

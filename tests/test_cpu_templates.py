@@ -56,6 +56,9 @@ SHAPES = {
     "qconv2d": [{"N": 1, "H": 9, "W": 10, "C": 12, "K_out": 40, "R": 3, "S": 3, "padding": 1, "pad_value": 7},
                 {"N": 2, "H": 11, "W": 9, "C": 4, "K_out": 16, "R": 3, "S": 2, "stride": 2, "padding": (1, 0),
                  "out_dtype": "int8", "zero": -3}],
+    "qdepthwise_conv2d": [{"N": 1, "H": 9, "W": 10, "C": 40, "R": 3, "S": 3, "padding": 1, "pad_value": 7},
+                          {"N": 2, "H": 11, "W": 9, "C": 12, "R": 3, "S": 2, "stride": 2, "padding": (1, 0),
+                           "dtype": "int8", "out_dtype": "int8", "zero": -3, "pad_value": -5}],
 }
 TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N": 5, "K": 2},
         "conv2d": {"N": 1, "C": 2, "H": 5, "W": 6, "K_out": 3, "R": 3, "S": 3, "stride": 2, "padding": 1},
@@ -67,7 +70,8 @@ TINY = {"matmul": {"M": 5, "N": 7, "K": 3}, "batch_matmul": {"B": 2, "M": 3, "N"
         "avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6, "R": 3, "S": 3, "stride": 2, "padding": 1},
         "global_avg_pool2d": {"N": 1, "C": 2, "H": 5, "W": 6}, "lstm_step": {"B": 1, "H": 5},
         "qmatmul": {"M": 3, "N": 5, "K": 8, "out_dtype": "int8"}, "bmatmul": {"M": 3, "N": 5, "K": 6},
-        "qconv2d": {"N": 1, "H": 5, "W": 6, "C": 4, "K_out": 5, "R": 3, "S": 3, "stride": 2, "padding": 1}}
+        "qconv2d": {"N": 1, "H": 5, "W": 6, "C": 4, "K_out": 5, "R": 3, "S": 3, "stride": 2, "padding": 1},
+        "qdepthwise_conv2d": {"N": 1, "H": 5, "W": 6, "C": 5, "R": 3, "S": 3, "stride": 2, "padding": 1}}
 # blocked layouts: blocks of a vector, of half one (short vectors) and of two (unrolled vectors)
 BLOCKED = {
     "conv2d": [{"N": 1, "C": 16, "H": 7, "W": 10, "K_out": 24, "R": 3, "S": 3, "padding": 1, "layout": "NCHW8c"},
@@ -178,7 +182,7 @@ def test_default_templates():
     assert names == {"matmul": "packed", "batch_matmul": "packed", "conv2d": "direct", "depthwise_conv2d": "rows",
                      "max_pool2d": "rows", "dense": "rows", "group_conv2d": "direct", "avg_pool2d": "rows",
                      "global_avg_pool2d": "rows", "lstm_step": "panels", "qmatmul": "tiled",
-                     "bmatmul": "tiled", "qconv2d": "tiled"}
+                     "bmatmul": "tiled", "qconv2d": "tiled", "qdepthwise_conv2d": "rows"}
     assert {t.name for t in registry().templates if t.op == "matmul" and t.serves(x86)} >= {"tiled", "packed"}
 
 

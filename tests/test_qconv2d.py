@@ -110,3 +110,34 @@ def test_strided_or_narrow_convolutions_offer_no_tiles():
         args, _, _ = _case(*shape)
         ts = tunekit.Task("qconv2d", args).bind(X86Target())
         assert {ts.space.get(i)["amx"] for i in range(ts.space.size)} == {0}
+
+
+@pytest.mark.parametrize("dtype,stride", [("uint8", 1), ("int8", 2)])
+def test_qdepthwise_conv2d_computes_each_channel_s_requantized_integer_convolution(dtype, stride):
+    C, H, W, x0 = 40, 9, 10, (7 if dtype == "uint8" else -6)
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    x8 = RNG.integers(lo, hi + 1, (1, H, W, C)).astype(dtype)
+    w8 = RNG.integers(-128, 128, (3, 3, C)).astype(np.int64)
+    bias = RNG.integers(-2000, 2000, C)
+    xp = np.pad(x8.astype(np.int64) - x0, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    OH, OW = (H - 1) // stride + 1, (W - 1) // stride + 1
+    acc = sum(xp[:, r:r + stride * (OH - 1) + 1:stride, s:s + stride * (OW - 1) + 1:stride] * w8[r, s]
+              for r in range(3) for s in range(3))
+    scale = (RNG.uniform(0.8, 1.2, C) * 100 / acc.std()).astype(np.float32)
+    want = np.clip(np.rint((acc + bias).astype(np.float32) * scale) + 3, 0, 255).astype(np.uint8)
+    offset = (bias - x0 * w8.sum((0, 1))).astype(np.int32)
+    args = dict(N=1, H=H, W=W, C=C, R=3, S=3, stride=stride, padding=1, dtype=dtype, zero=3, pad_value=x0)
+    ins = [x8, w8.astype(np.int32), offset, scale]
+    task = tunekit.Task("qdepthwise_conv2d", args)
+    assert np.array_equal(task.op.reference(*ins, **task.args)[0], want)
+    target = X86Target()
+    ts = task.bind(target)
+    assert ts.template.name == "rows"
+    for index in [ts.space.default(), *(int(i) for i in RNG.integers(0, ts.space.size, 3))]:
+        if not ts.space.valid(index):
+            continue
+        arrays = [tunekit.empty(x.shape, x.dtype) for x in [*ins, want]]
+        for array, value in zip(arrays, ins):
+            array[...] = value
+        target.load(target.build(ts.program(index)))(*arrays)
+        assert np.array_equal(arrays[-1], want), f"config {index}"

@@ -73,13 +73,14 @@ def _quantized(tmp_path, how: str) -> str:
 
 
 @pytest.mark.parametrize("how,ops,dot", [
-    ("static QDQ", {"QuantizeLinear", "DequantizeLinear"}, False),
+    ("static QDQ", {"QuantizeLinear", "DequantizeLinear"}, True),
     ("static QOperator", {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMatMul"}, True),
     ("static QOperator uint8", {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMatMul"}, True),
     ("dynamic", {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"}, True)])
 def test_a_model_quantized_by_onnxruntime_matches_onnxruntime_within_one_quantization_step(tmp_path, how, ops, dot):
     """`dot`: its product of 8-bit data and int8 weights runs as qmatmul (the dot instruction; int8 data
-    through a te call that makes it uint8)."""
+    through a te call that makes it uint8): the QDQ MatMul too, its data's constant zero point and the
+    bias in the column sums."""
     path = _quantized(tmp_path, how)
     model = onnx.load(path)
     assert ops <= {n.op_type for n in model.graph.node}, "the quantizer wrote another form: the test reads nothing"
@@ -149,8 +150,8 @@ def _cnn(path: str, shape=(1, 3, 12, 12)) -> None:
 
 
 def test_qdq_convolutions_run_as_int8_convolutions_channels_last_and_match_onnxruntime(tmp_path):
-    """Each QDQ Conv is one qconv2d; the max pool takes the uint8 values themselves; the residual Add
-    runs on the channels-last tensors; NCHW again only for the global pool."""
+    """Each QDQ Conv is one qconv2d, the Gemm a qmatmul; the max pool takes the uint8 values themselves;
+    the residual Add runs on the channels-last tensors; NCHW again only for the global pool."""
     import sys
     sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
     from quantized_nets import quantize
@@ -163,6 +164,7 @@ def test_qdq_convolutions_run_as_int8_convolutions_channels_last_and_match_onnxr
         net = tunekit.compile_model(path, target="x86")
     ops = [n.op for n in net.graph.nodes]
     assert ops.count("qconv2d") == 3 and "onnx_maxpool" in ops and "max_pool2d" not in ops, ops
+    assert "qmatmul" in ops and "dense" not in ops, ops   # the Gemm (transB) too
     transposes = [n for n in net.graph.nodes if "transpose" in n.op]
     assert len(transposes) == 2, [n.op for n in transposes]   # the image in, the last conv's output out
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])

@@ -17,6 +17,7 @@ from tunekit.ops.matmul import matmul
 from tunekit.ops.mbconv import mbconv
 from tunekit.ops.pool import avg_pool2d, global_avg_pool2d, max_pool2d
 from tunekit.ops.qconv2d import qconv2d
+from tunekit.ops.qdepthwise_conv2d import qdepthwise_conv2d
 from tunekit.ops.qmatmul import qmatmul
 from tunekit.ops.workloads import workloads
 
@@ -29,7 +30,7 @@ class Ops:
     def tunekit_ops():
         return [matmul, batch_matmul, dense, conv2d, conv2d_winograd, group_conv2d, depthwise_conv2d, max_pool2d,
                 avg_pool2d, global_avg_pool2d, mbconv, lstm_step, qmatmul, qconv2d,
-                bmatmul]
+                qdepthwise_conv2d, bmatmul]
 
     @staticmethod
     @hookimpl

@@ -59,14 +59,7 @@ def compute(N: int, H: int, W: int, C: int, K_out: int, R: int, S: int, stride=1
     X = te.placeholder((N, H, W, C // 4), "X", "int32")
     Wt = te.placeholder((R, S, C // 4, K_out), "W", "int32")
     offset, scale = te.placeholder((K_out,), "offset", "int32"), te.placeholder((K_out,), "scale", "float32")
-    data = X
-    if ph or pw:
-        word = ir.const(int(np.array([pad_value] * 4, np.uint8).view(np.int32)[0]), "int32")   # x0 in 4 bytes
-
-        def pad(n, h, w, c):
-            inside = all_(*([h >= ph, h < H + ph] if ph else []), *([w >= pw, w < W + pw] if pw else []))
-            return te.if_then_else(inside, X[n, h - ph, w - pw, c], word)
-        data = te.compute((N, H + 2 * ph, W + 2 * pw, C // 4), pad, name="pad")
+    data = padded(X, ph, pw, ir.const(int(np.array([pad_value] * 4, np.uint8).view(np.int32)[0]), "int32"))
     r, s, c = te.reduce_axis(R, "r"), te.reduce_axis(S, "s"), te.reduce_axis(C // 4, "c")
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
     acc = te.compute((N, OH, OW, K_out), lambda n, y, x, k: te.sum(
@@ -75,6 +68,18 @@ def compute(N: int, H: int, W: int, C: int, K_out: int, R: int, S: int, stride=1
         ir.cast(acc[n, y, x, k] + offset[k], "float32") * scale[k], ir.const(zero, "int32"), out_dtype),
         name="qconv_out")
     return [X, Wt, offset, scale, out]
+
+
+def padded(X: te.Tensor, ph: int, pw: int, value: ir.Expr) -> te.Tensor:
+    """Channels-last `X` [N, H, W, C] padded by `value` (stage "pad"; `X` itself without padding)."""
+    if ph == pw == 0:
+        return X
+    N, H, W, C = X.shape
+
+    def pad(n, h, w, c):
+        inside = all_(*([h >= ph, h < H + ph] if ph else []), *([w >= pw, w < W + pw] if pw else []))
+        return te.if_then_else(inside, X[n, h - ph, w - pw, c], value)
+    return te.compute((N, H + 2 * ph, W + 2 * pw, C), pad, name="pad")
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:

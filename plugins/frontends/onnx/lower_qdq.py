@@ -1,15 +1,18 @@
-"""QDQ convolutions as tunekit's int8 `qconv2d`, channels last. onnxruntime's quantize_static
-writes each quantized Conv as DequantizeLinear(x) -> Conv(DequantizeLinear(w), DequantizeLinear(b))
--> QuantizeLinear; where x is uint8 with one scale and zero point, w int8 constants (zero point 0,
+"""QDQ convolutions as tunekit's int8 ops, channels last. onnxruntime's quantize_static writes each
+quantized Conv as DequantizeLinear(x) -> Conv(DequantizeLinear(w), DequantizeLinear(b)) ->
+QuantizeLinear; where x is 8-bit with one scale and zero point, w int8 constants (zero point 0,
 one scale or one per output channel), b absent or int32 on the scale x_scale * w_scale, and the
-QuantizeLinear the Conv's only reader, the four run as one qconv2d: the product on the dot
-instruction, requantized in its output stage (onnxruntime's own fusion, QLinearConv).
+QuantizeLinear the Conv's only reader, the four run as one `qconv2d` (a depthwise Conv as one
+`qdepthwise_conv2d`), requantized in its output stage: onnxruntime's own fusion, QLinearConv.
+int8 data is read by qconv2d as uint8, 128 more. A MaxPool between a DequantizeLinear and a
+QuantizeLinear of the same scale and zero point takes the 8-bit values themselves.
 
-Its data and output are channels last ([N, H, W, C], the channels padded to a multiple of 4 with
-the zero point), each such tensor a twin of the model's NCHW one. The nodes between the
-convolutions that compute each value alone (QuantizeLinear, DequantizeLinear of one scale, Add of
-equal shapes, Relu) run on the twins as they lie; a twin is transposed back to NCHW only where
-another node reads it, and an NCHW tensor to channels last only where a qconv2d reads it."""
+Their data and outputs are channels last ([N, H, W, C]), each such tensor a twin of the model's
+NCHW one. The nodes between them that compute each value alone (QuantizeLinear, DequantizeLinear
+of one scale, Add of equal shapes, Relu, Clip) run on the twins as they lie; a twin is transposed
+back to NCHW only where another node reads it, and an NCHW tensor to channels last only where one
+of these reads it (for a qconv2d four channels a word, the channels padded to a multiple of 4
+with the zero point)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,14 +21,14 @@ from tunekit import ir, te
 from tunekit.graph import Node
 from tunekit.ops.conv2d import out_size
 from tunekit.ops.qconv2d import pack_weights
+from tunekit.ops.qmatmul import pack_weights as pack_matrix
 from tunekit.topi import quantize as q
-from tunekit.topi.quantize import quantized
 
 from .context import attrs_of
 from .lowerings import LOWERINGS
 
 #: the nodes that compute each element alone (on per-tensor quantization parameters)
-ELEMENTWISE = {"QuantizeLinear", "DequantizeLinear", "Add", "Relu"}
+ELEMENTWISE = {"QuantizeLinear", "DequantizeLinear", "Add", "Relu", "Clip"}
 
 
 class ChannelsLast:
@@ -52,9 +55,12 @@ class ChannelsLast:
                       and (m := self._match(n, producer, readers)) is not None}
         self.pools = {n.output[0]: m for n in g.node if n.op_type == "MaxPool" and n.output[0] not in outputs
                       and (m := self._match_pool(n, producer, readers)) is not None}
-        folded = self.convs.keys() | self.pools.keys()
+        self.products = {n.output[0]: m for n in g.node if n.op_type in ("Gemm", "MatMul") and n.output[0] not in
+                         outputs and (m := self._match_product(n, producer, readers)) is not None}
+        found = [self.convs, self.pools, self.products]
+        folded = {k for f in found for k in f}
         # a DequantizeLinear read only by the folded nodes (they read its input)
-        self.skip = {m["q"].output[0] for m in [*self.convs.values(), *self.pools.values()]} | {
+        self.skip = {m["q"].output[0] for f in found for m in f.values()} | {
             d.output[0] for d in g.node if d.op_type == "DequantizeLinear" and d.output[0] not in outputs
             and (rs := readers.get(d.output[0])) and all(r.output[0] in folded for r in rs)}
 
@@ -65,17 +71,27 @@ class ChannelsLast:
         v = self.cv.constants.get(name)
         return v.reshape(()) if v is not None and v.size == 1 and str(v.dtype) in dtypes else None
 
-    def _match(self, n, producer: dict, readers: dict) -> dict | None:
-        """What folds conv `n` into a qconv2d (see the module's doc), or None."""
+    def _match_product(self, n, producer: dict, readers: dict) -> dict | None:
+        """A QDQ Gemm or MatMul of 2-D data and int8 constant weights as a qmatmul, or None."""
+        a, gemm = attrs_of(n), n.op_type == "Gemm"
+        if len(self.cv.shapes.get(n.input[0], ())) != 2 or gemm and (
+                a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0):
+            return None
+        m = self._match(n, producer, readers, columns=0 if gemm and a.get("transB", 0) else 1)
+        return m if m is not None and m["w"].shape[1] % 4 == 0 else None   # (the dot takes four k at once)
+
+    def _match(self, n, producer: dict, readers: dict, columns: int | None = None) -> dict | None:
+        """What folds conv `n` into a qconv2d (see the module's doc), or None; with `columns` (the axis of
+        the weights' output columns), Gemm or MatMul `n` into a qmatmul."""
         cv, d, q = self.cv, producer.get(n.input[0]), readers.get(n.output[0], [])
         w = self.dequantized.get(n.input[1])
-        attrs = attrs_of(n)
+        attrs = attrs_of(n) if columns is None else {}
         pads, group = attrs.get("pads", [0, 0, 0, 0]), attrs.get("group", 1)
         if not (d is not None and d.op_type == "DequantizeLinear" and cv.dtypes.get(d.input[0]) in ("uint8", "int8")
-                and len(q) == 1 and q[0].op_type == "QuantizeLinear" and w is not None
-                and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
-                and len(pads) == 4 and pads[:2] == pads[2:] and len(cv.shapes.get(n.input[0], ())) == 4
-                and (group == 1 or group == cv.shapes[n.input[0]][1] == cv.shapes[n.output[0]][1])):
+                and len(q) == 1 and q[0].op_type == "QuantizeLinear" and w is not None and (columns is not None or (
+                    attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") and len(pads) == 4 and pads[:2] == pads[2:]
+                    and len(cv.shapes.get(n.input[0], ())) == 4
+                    and (group == 1 or group == cv.shapes[n.input[0]][1] == cv.shapes[n.output[0]][1])))):
             return None   # (a conv, or a depthwise one: a group per channel)
         q = q[0]
         x_scale = self._scalar(d.input[1], ("float32",))
@@ -83,9 +99,12 @@ class ChannelsLast:
         y_scale = self._scalar(q.input[1], ("float32",))
         y_zero = self._scalar(q.input[2] if len(q.input) > 2 else "", ("uint8", "int8"))
         wq, ws, wz = (cv.constants.get(k) if k else None for k in w[:3])
-        if any(v is None for v in (x_scale, x_zero, y_scale, y_zero, wq, ws)) or wq.dtype != np.int8 or wq.ndim != 4 \
-                or wz is not None and wz.any() or ws.size not in (1, wq.shape[0]) or ws.size > 1 and w[3] != 0:
+        axis = columns or 0   # the output channels' (a conv's 0: [K, C, R, S])
+        if any(v is None for v in (x_scale, x_zero, y_scale, y_zero, wq, ws)) or wq.dtype != np.int8 or \
+                wq.ndim != (4 if columns is None else 2) or wz is not None and wz.any() or \
+                ws.size not in (1, wq.shape[axis]) or ws.size > 1 and w[3] % wq.ndim != axis:
             return None
+        wq = np.moveaxis(wq, axis, 0)   # output channels first
         scales = (np.float32(x_scale) * ws.astype(np.float32).reshape(-1)).astype(np.float32)
         bias = np.zeros(wq.shape[0], np.int64)
         if len(n.input) > 2 and n.input[2]:
@@ -125,6 +144,9 @@ class ChannelsLast:
             return True
         if n.output[0] in self.pools:
             self._pool(n, self.pools[n.output[0]])
+            return True
+        if n.output[0] in self.products:
+            self._product(n, self.products[n.output[0]])
             return True
         ins = [i for i in n.input if i and i not in self.cv.constants]
         if n.op_type in ELEMENTWISE and any(i in self.twin for i in ins) and n.output[0] in self.cv.used and \
@@ -174,33 +196,36 @@ class ChannelsLast:
         out = self._name(m["q"].output[0], shape, m["out_dtype"])
         cv.add(Node("qconv2d", args, inputs, out, n.name, "Conv"), shape, m["out_dtype"])
 
+    def _product(self, n, m: dict) -> None:
+        """A qmatmul whose data's zero point (a constant here) goes into the column sums with the bias,
+        its run-time zero point 1: acc - 1 * (x0 * sums - bias)."""
+        cv, w = self.cv, m["w"].T                  # [K, N]
+        a, shift = m["x"], 128 if cv.dtypes[m["x"]] == "int8" else 0
+        if a in self.twin and a not in self.nchw:
+            self._to_nchw(a)
+        if shift:
+            a = self._unsigned(a)
+        (K, N), out = w.shape, m["q"].output[0]
+        sums = (m["x_zero"] + shift) * w.astype(np.int64).sum(0) - m["bias"]
+        inputs = [a, cv.const(f"{n.input[1]}/dot4", pack_matrix(w), "int32"), cv.const(f"{out}/sums", sums, "int32"),
+                  cv.const(f"{out}/a0", 1, "uint8"), cv.const(f"{out}/scale", m["scale"])]
+        args = dict(M=int(np.prod(cv.shapes[m["x"]])) // K, N=N, K=K, out_dtype=m["out_dtype"], zero=m["zero"])
+        cv.add(Node("qmatmul", args, inputs, out, n.name, n.op_type), cv.shapes[out], m["out_dtype"])
+
     def _depthwise(self, n, m: dict) -> None:
-        """A depthwise QDQ conv: per channel, the int32 sum of its window's (data - x0) * weight, as a te call."""
         cv, attrs, w = self.cv, attrs_of(n), m["w"]
         N, C, H, W = cv.shapes[n.input[0]]
         _, _, R, S = w.shape
         (sh, sw), (dh, dw) = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
         ph, pw = attrs.get("pads", [0, 0, 0, 0])[:2]
-        shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), C)
+        args = dict(N=N, H=H, W=W, C=C, R=R, S=S, stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw),
+                    dtype=cv.dtypes[m["x"]], out_dtype=m["out_dtype"], zero=m["zero"], pad_value=m["x_zero"])
         inputs = [self._channels_last(m["x"], C), cv.const(f"{n.input[1]}/rsc", w[:, 0].transpose(1, 2, 0), "int32"),
                   cv.const(f"{n.output[0]}/offset", m["bias"] - m["x_zero"] * w.astype(np.int64).sum((1, 2, 3)),
                            "int32"), cv.const(f"{n.output[0]}/scale", m["scale"])]
-        out, x0 = self._name(m["q"].output[0], shape, m["out_dtype"]), ir.const(m["x_zero"], "int32")
-
-        def lower(cx):
-            x, wt, offset, scale = (cx.tensor(k) for k in range(4))
-            r, s = te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
-
-            def acc(b, y, v, c):   # padding reads the zero point: it adds nothing
-                h, i = y * sh + r * dh - ph, v * sw + s * dw - pw
-                at = x[b, ir.min_(ir.max_(h, 0), H - 1), ir.min_(ir.max_(i, 0), W - 1), c]
-                value = te.if_then_else(te.all_(h >= 0, h < H, i >= 0, i < W), ir.cast(at, "int32"), x0)
-                return te.sum(value * wt[r, s, c], axis=[r, s])
-            a = te.compute(shape, acc, name=f"{cx.name}_acc")
-            return [te.compute(shape, lambda *i: quantized(ir.cast(a[i] + offset[i[-1]], "float32") * scale[i[-1]],
-                                                           ir.const(m["zero"], "int32"), m["out_dtype"]), name=cx.name)]
-        cv.add(cv.te_call("Conv", n.name or n.output[0], inputs, [out], 0, {}, lower, kind="reduction"), shape,
-               m["out_dtype"])
+        shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), C)
+        out = self._name(m["q"].output[0], shape, m["out_dtype"])
+        cv.add(Node("qdepthwise_conv2d", args, inputs, out, n.name, "Conv"), shape, m["out_dtype"])
 
     def _pool(self, n, m: dict) -> None:
         attrs = attrs_of(n)
