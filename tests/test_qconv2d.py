@@ -41,6 +41,15 @@ def _case(H, W, C, K, R, S, stride, pad, x0=37, zero=3, out_dtype="uint8"):
     return args, [x8.view(np.int32), pack_weights(w8), offset, scale], want
 
 
+def _runs_exactly(target, program, ins: list, want: np.ndarray, index: int) -> None:
+    """`program` compiled for `target` gives `want` on `ins`, every value."""
+    arrays = [tunekit.empty(x.shape, x.dtype) for x in [*ins, want]]
+    for array, value in zip(arrays, ins):
+        array[...] = value
+    target.load(target.build(program))(*arrays)
+    assert np.array_equal(arrays[-1], want), f"config {index}"
+
+
 def test_weights_pack_four_channels_of_an_output_channel_per_int32():
     w8 = RNG.integers(-128, 128, (5, 8, 3, 2)).astype(np.int8)
     packed = pack_weights(w8)
@@ -69,11 +78,7 @@ def test_qconv2d_computes_the_requantized_integer_convolution(shape, out):
         if (features.get("avx512vnni") or features.get("avxvnni")) and \
                 re.search(r"range\((16|32|48|64)\):  # vectorized\n.*dot4_u8s8", str(program)):
             assert "vpdpbusd" in target.assembly(program)
-        arrays = [tunekit.empty(x.shape, x.dtype) for x in [*ins, want]]
-        for array, value in zip(arrays, ins):
-            array[...] = value
-        target.load(target.build(program))(*arrays)
-        assert np.array_equal(arrays[-1], want), f"config {index}"
+        _runs_exactly(target, program, ins, want, index)
 
 
 def test_qconv2d_takes_channels_in_fours():
@@ -98,11 +103,7 @@ def test_amx_configs_run_the_convolution_on_tiles_over_flat_pixels_and_match():
     for index in tiled:
         program = ts.program(index)
         assert "tdpbusd" in target.assembly(program)
-        arrays = [tunekit.empty(x.shape, x.dtype) for x in [*ins, want]]
-        for array, value in zip(arrays, ins):
-            array[...] = value
-        target.load(target.build(program))(*arrays)
-        assert np.array_equal(arrays[-1], want), f"config {index}"
+        _runs_exactly(target, program, ins, want, index)
 
 
 def test_strided_or_narrow_convolutions_offer_no_tiles():
@@ -136,8 +137,4 @@ def test_qdepthwise_conv2d_computes_each_channel_s_requantized_integer_convoluti
     for index in [ts.space.default(), *(int(i) for i in RNG.integers(0, ts.space.size, 3))]:
         if not ts.space.valid(index):
             continue
-        arrays = [tunekit.empty(x.shape, x.dtype) for x in [*ins, want]]
-        for array, value in zip(arrays, ins):
-            array[...] = value
-        target.load(target.build(ts.program(index)))(*arrays)
-        assert np.array_equal(arrays[-1], want), f"config {index}"
+        _runs_exactly(target, ts.program(index), ins, want, index)

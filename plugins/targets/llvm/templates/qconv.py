@@ -53,25 +53,7 @@ def qconv2d_tiled(cfg, device, N, H, W, C, K_out, R, S, stride=1, padding=0, dil
         cfg.prefer(**{**first, "amx": 1, "amx_m": 64, "amx_n": max(cfg.values("amx_n"))})
     if cfg["amx"]:
         return _qconv2d_tiles(cfg, device, params, R, S, padding, dilation, out_dtype, zero, pad_value)
-    s = te.create_schedule(out)
-    stage = {st.op.name: st.op.output for st in s.stages}
-    acc = stage["qconv"]
-    n, y, ox, ok = s[out].op.axis
-    xo, xi = cfg["tile_x"].apply(s, out, ox)
-    ko, ki = cfg["tile_k"].apply(s, out, ok)
-    s[out].reorder(*((ko, n, y, xo) if cfg["k_outer"] else (n, y, xo, ko)), xi, ki)
-    par = s[out].fuse(*((ko, n, y, xo) if cfg["k_outer"] else (n, y, xo, ko)))
-    s[out].parallel(par)
-    vectorize(s, out, ki, lanes)
-    s[acc].compute_at(s[out], par)
-    an, ay, ax, ak = s[acc].op.axis
-    s[acc].reorder(*s[acc].op.reduce_axis, an, ay, ax, ak)
-    s[acc].unroll(ax)
-    vectorize(s, acc, ak, lanes)
-    if "pad" in stage:
-        pn, ph, *_ = s[stage["pad"]].op.axis
-        s[stage["pad"]].parallel(s[stage["pad"]].fuse(pn, ph))
-    return s, params
+    return _register_blocks(cfg, device, out, "qconv", "tile_k", cfg["k_outer"], False), params
 
 
 def _qconv2d_tiles(cfg, device, params, R, S, padding, dilation, out_dtype, zero, pad_value):
@@ -137,14 +119,23 @@ def qdepthwise_rows(cfg, device, N, H, W, C, R, S, stride=1, padding=0, dilation
     k = max(blocks)   # untuned: the widest block, as many pixels as fit
     x = max(v for v in range(1, min(OW, 16) + 1) if OW % v == 0 and v * cdiv(k, lanes) <= regs - 4)
     cfg.prefer(tile_c=(C // k, k), tile_x=(OW // x, x))
-    s = te.create_schedule(out)
+    return _register_blocks(cfg, device, out, "qdw", "tile_c", False, True), params
+
+
+def _register_blocks(cfg, device, out, product: str, channels: str, channels_outer: bool, vector_pad: bool):
+    """The schedule of a channels-last `out` [N, OH, OW, C]: blocks of knob tile_x's pixels x knob
+    `channels`' channels in parallel (the channel blocks outermost where `channels_outer`), stage
+    `product` accumulated per block in vector registers across its reduction; the stage "pad"
+    (where there is one) parallel over its rows, its channels in vectors where `vector_pad`."""
+    s, lanes = te.create_schedule(out), device.lanes("int32")
     stage = {st.op.name: st.op.output for st in s.stages}
-    acc = stage["qdw"]
+    acc = stage[product]
     n, y, ox, oc = s[out].op.axis
     xo, xi = cfg["tile_x"].apply(s, out, ox)
-    co, ci = cfg["tile_c"].apply(s, out, oc)
-    s[out].reorder(n, y, xo, co, xi, ci)
-    par = s[out].fuse(n, y, xo, co)
+    co, ci = cfg[channels].apply(s, out, oc)
+    outer = (co, n, y, xo) if channels_outer else (n, y, xo, co)
+    s[out].reorder(*outer, xi, ci)
+    par = s[out].fuse(*outer)
     s[out].parallel(par)
     vectorize(s, out, ci, lanes)
     s[acc].compute_at(s[out], par)
@@ -153,10 +144,12 @@ def qdepthwise_rows(cfg, device, N, H, W, C, R, S, stride=1, padding=0, dilation
     s[acc].unroll(ax)
     vectorize(s, acc, ac, lanes)
     if "pad" in stage:
-        pn, ph, _, pc = s[stage["pad"]].op.axis
-        s[stage["pad"]].parallel(s[stage["pad"]].fuse(pn, ph))
-        vectorize(s, stage["pad"], pc, device.lanes(dtype))
-    return s, params
+        pad = s[stage["pad"]]
+        pn, ph, _, pc = pad.op.axis
+        pad.parallel(pad.fuse(pn, ph))
+        if vector_pad:
+            vectorize(s, stage["pad"], pc, device.lanes(stage["pad"].dtype))
+    return s
 
 
 TEMPLATES = [Template("qconv2d", "tiled", ("cpu",), qconv2d_tiled, priority=20),
