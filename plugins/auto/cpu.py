@@ -270,12 +270,10 @@ class Rules(RuleSet):
     def busy(self, par: str, extents: list[int]) -> None:
         """Untuned: knob `par` fuses the fewest outer loops (of these extents) that give each core
         several iterations (the outermost alone is one for a batch of one)."""
-        most, n = self.cfg.values(par)[-1], 1
-        for p, e in enumerate(extents[:most], 1):
-            n *= e
-            if n >= 4 * self.device.cores:
-                break
-        self.cfg.prefer(**{par: p})
+        most, n, p = self.cfg.values(par)[-1], 1, 0
+        while p < min(most, len(extents)) and n < 4 * self.device.cores:
+            n, p = n * extents[p], p + 1
+        self.cfg.prefer(**{par: max(p, 1)})
 
     @staticmethod
     def vectorize(st, v) -> None:

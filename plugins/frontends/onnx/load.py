@@ -185,7 +185,8 @@ def fold(model, path: str):
             for name, v in zip(n.output, value):
                 consts[name] = folded[name] = v
             if n.op_type == "DequantizeLinear":
-                dequantized[n.output[0]] = (*n.input, "")[:3] + (next((a.i for a in n.attribute if a.name == "axis"), 1),)
+                axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
+                dequantized[n.output[0]] = (*n.input, "")[:3] + (axis,)
         if not folded:
             return model, consts, dequantized
         used = {i for n in keep for i in n.input} | {o.name for o in g.output}

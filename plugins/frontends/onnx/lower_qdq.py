@@ -27,6 +27,7 @@ from tunekit.topi import quantize as q
 from .context import attrs_of
 from .lowerings import LOWERINGS
 
+EIGHT_BIT = ("uint8", "int8")
 #: the nodes that compute each element alone (on per-tensor quantization parameters)
 ELEMENTWISE = {"QuantizeLinear", "DequantizeLinear", "Add", "Relu", "Clip"}
 
@@ -87,7 +88,7 @@ class ChannelsLast:
         w = self.dequantized.get(n.input[1])
         attrs = attrs_of(n) if columns is None else {}
         pads, group = attrs.get("pads", [0, 0, 0, 0]), attrs.get("group", 1)
-        if not (d is not None and d.op_type == "DequantizeLinear" and cv.dtypes.get(d.input[0]) in ("uint8", "int8")
+        if not (d is not None and d.op_type == "DequantizeLinear" and cv.dtypes.get(d.input[0]) in EIGHT_BIT
                 and len(q) == 1 and q[0].op_type == "QuantizeLinear" and w is not None and (columns is not None or (
                     attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") and len(pads) == 4 and pads[:2] == pads[2:]
                     and len(cv.shapes.get(n.input[0], ())) == 4
@@ -123,7 +124,7 @@ class ChannelsLast:
         the max of the uint8 values themselves (quantizing is monotonic); or None."""
         d, q, attrs = producer.get(n.input[0]), readers.get(n.output[0], []), attrs_of(n)
         pads = attrs.get("pads", [0, 0, 0, 0])
-        if not (d is not None and d.op_type == "DequantizeLinear" and self.cv.dtypes.get(d.input[0]) in ("uint8", "int8")
+        if not (d is not None and d.op_type == "DequantizeLinear" and self.cv.dtypes.get(d.input[0]) in EIGHT_BIT
                 and len(q) == 1 and q[0].op_type == "QuantizeLinear" and len(n.output) == 1
                 and not attrs.get("ceil_mode", 0) and attrs.get("auto_pad", "NOTSET") == "NOTSET"
                 and len(pads) == 4 and pads[:2] == pads[2:] and len(self.cv.shapes.get(n.input[0], ())) == 4):
