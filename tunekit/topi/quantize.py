@@ -183,3 +183,56 @@ def _along(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
     if v.size == 1:
         return v.reshape(())
     return v.reshape([-1 if a == axis % ndim else 1 for a in range(ndim)])
+
+
+def channels_last(x: te.Tensor, channels: int, pad: int, name: str) -> te.Tensor:
+    """Return NCHW `x` as [N, H, W, channels], the channels past x's reading `pad`."""
+    N, C, H, W = x.shape
+
+    def at(n, h, w, c):
+        if channels == C:
+            return x[n, c, h, w]
+        return te.if_then_else(c < C, x[n, ir.min_(c, C - 1), h, w], ir.const(pad, x.dtype))
+    return te.compute((N, H, W, channels), at, name=name)
+
+
+def packed_words(x: te.Tensor, channels: int, pad: int, shift: int, name: str) -> te.Tensor:
+    """Return 8-bit NCHW `x` plus `shift` (int8 data plus 128 is uint8) channels last, four channels per
+    int32, little-endian: [N, H, W, channels / 4], or [N, H, W] for one word a pixel (so that the
+    transpose runs in vectors along the rows); the channels past x's read `pad`."""
+    N, C, H, W = x.shape
+
+    def byte(n, c, h, w):
+        if isinstance(c, int) and c >= C:
+            return ir.const(pad, "int64")
+        whole = isinstance(c, int) or C == channels
+        value = ir.cast(x[n, c if whole else ir.min_(c, C - 1), h, w], "int64") + shift
+        return value if whole else te.if_then_else(c < C, value, ir.const(pad, "int64"))
+
+    def word(n, h, w, g):   # in 64 bits, its low 32 the word
+        b = [byte(n, 4 * g + j, h, w) for j in range(4)]
+        return ir.cast(b[0] + b[1] * 256 + b[2] * 65536 + b[3] * 16777216, "int32")
+    if channels == 4:
+        return te.compute((N, H, W), lambda n, h, w: word(n, h, w, 0), name=name)
+    return te.compute((N, H, W, channels // 4), word, name=name)
+
+
+def channels_first(t: te.Tensor, name: str) -> te.Tensor:
+    """Return channels-last `t` [N, H, W, C] as NCHW."""
+    N, H, W, C = t.shape
+    return te.compute((N, C, H, W), lambda n, c, h, w: t[n, h, w, c], name=name)
+
+
+def max_pool_channels_last(x: te.Tensor, kernel, strides, pads, dilations, name: str) -> te.Tensor:
+    """Return the max pool of channels-last `x` [N, H, W, C] (of any type: padding reads its least value)."""
+    N, H, W, C = x.shape
+    (R, S), (sh, sw), (ph, pw), (dh, dw) = kernel, strides, pads, dilations
+    r, s = te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
+    least = ir.const(int(np.iinfo(x.dtype).min) if "int" in x.dtype else float("-inf"), x.dtype)
+    OH, OW = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1, (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+
+    def window(b, y, v, c):   # (a window holds some input)
+        h, w = y * sh + r * dh - ph, v * sw + s * dw - pw
+        at = x[b, ir.min_(ir.max_(h, 0), H - 1), ir.min_(ir.max_(w, 0), W - 1), c]
+        return te.max(te.if_then_else(te.all_(h >= 0, h < H, w >= 0, w < W), at, least), axis=[r, s])
+    return te.compute((N, OH, OW, C), window, name=name)

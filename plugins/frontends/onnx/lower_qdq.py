@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tunekit import ir, te
 from tunekit.graph import Node
 from tunekit.ops.conv2d import out_size
 from tunekit.ops.qconv2d import pack_weights
@@ -238,16 +237,7 @@ class ChannelsLast:
         out = self._name(m["q"].output[0], shape, self.cv.dtypes[m["x"]])
 
         def lower(cx):
-            x, r, s = cx.tensor(0), te.reduce_axis(R, "r"), te.reduce_axis(S, "s")
-
-            least = ir.const(int(np.iinfo(x.dtype).min), x.dtype)
-
-            def window(b, y, v, c):   # padding reads the type's least value (a window holds some input)
-                h, w = y * sh + r * dh - ph, v * sw + s * dw - pw
-                inside = te.all_(h >= 0, h < H, w >= 0, w < W)
-                at = x[b, ir.min_(ir.max_(h, 0), H - 1), ir.min_(ir.max_(w, 0), W - 1), c]
-                return te.max(te.if_then_else(inside, at, least), axis=[r, s])
-            return [te.compute(shape, window, name=cx.name)]
+            return [q.max_pool_channels_last(cx.tensor(0), (R, S), (sh, sw), (ph, pw), (dh, dw), cx.name)]
         self.cv.add(self.cv.te_call("MaxPool", n.name or n.output[0], [data], [out], 0, {}, lower, kind="reduction"),
                     shape, self.cv.dtypes[m["x"]])
 
@@ -268,25 +258,8 @@ class ChannelsLast:
 
             def lower(cx):
                 x = cx.tensor(0)
-
-                def at(n, c, h, w):   # channel c, `pad` past C
-                    if isinstance(c, int) or C == C4:
-                        return x[n, c, h, w] if not isinstance(c, int) or c < C else ir.const(pad, x.dtype)
-                    return te.if_then_else(c < C, x[n, ir.min_(c, C - 1), h, w], ir.const(pad, x.dtype))
-
-                def byte(n, c, h, w):
-                    if isinstance(c, int) and c >= C:
-                        return ir.const(pad, "int64")
-                    whole = isinstance(c, int) or C == C4
-                    value = ir.cast(x[n, c if whole else ir.min_(c, C - 1), h, w], "int64") + shift
-                    return value if whole else te.if_then_else(c < C, value, ir.const(pad, "int64"))
-
-                def word(n, h, w, g):   # the bytes little-endian, in 64 bits, its low 32 the word
-                    b = [byte(n, 4 * g + j, h, w) for j in range(4)]
-                    return ir.cast(b[0] + b[1] * 256 + b[2] * 65536 + b[3] * 16777216, "int32")
-                f = (word if C4 > 4 else lambda n, h, w: word(n, h, w, 0)) if words else \
-                    lambda n, h, w, c: at(n, c, h, w)
-                return [te.compute(shape, f, name=cx.name)]
+                return [q.packed_words(x, C4, pad, shift, cx.name) if words else
+                        q.channels_last(x, C4, pad, cx.name)]
             self.cv.add(self.cv.te_call("Transpose", f"{name}_nhwc", [name], [out], 0, {}, lower), shape, dtype)
         return out
 
@@ -306,7 +279,6 @@ class ChannelsLast:
         N, C, H, W = self.cv.shapes[name]
 
         def lower(cx):
-            t = cx.tensor(0)
-            return [te.compute((N, C, H, W), lambda n, c, h, w: t[n, h, w, c], name=cx.name)]
+            return [q.channels_first(cx.tensor(0), cx.name)]
         self.cv.add(self.cv.te_call("Transpose", f"{name}_nchw", [self.twin[name]], [name], 0, {}, lower),
                     (N, C, H, W), self.cv.dtypes[name])
