@@ -160,8 +160,7 @@ class ChannelsLast:
             self.cv.add(node, self.cv.shapes[out], self.cv.dtypes[out])
             return True
         for i in ins:
-            if i in self.twin and i not in self.nchw:
-                self._to_nchw(i)
+            self._nchw(i)
         return False
 
     def _name(self, name: str, shape: tuple, dtype: str) -> str:
@@ -185,14 +184,13 @@ class ChannelsLast:
             data = self._channels_last(m["x"], C4, x0, words=True, shift=shift)
         w = np.pad(w, ((0, 0), (0, C4 - C), (0, 0), (0, 0)))    # the padded channels weigh nothing
         K, _, R, S = w.shape
-        (sh, sw), (dh, dw) = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
-        ph, pw = attrs.get("pads", [0, 0, 0, 0])[:2]
-        args = dict(N=N, H=H, W=W, C=C4, K_out=K, R=R, S=S, stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw),
-                    out_dtype=m["out_dtype"], zero=m["zero"], pad_value=x0)
+        window, (OH, OW) = _window(attrs, H, W, R, S)
+        args = dict(N=N, H=H, W=W, C=C4, K_out=K, R=R, S=S, **window, out_dtype=m["out_dtype"], zero=m["zero"],
+                    pad_value=x0)
         offset = m["bias"] - x0 * w.astype(np.int64).sum((1, 2, 3))
         inputs = [data, cv.const(f"{n.input[1]}/qconv", pack_weights(w), "int32"),
                   cv.const(f"{n.output[0]}/offset", offset, "int32"), cv.const(f"{n.output[0]}/scale", m["scale"])]
-        shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), K)
+        shape = (N, OH, OW, K)
         out = self._name(m["q"].output[0], shape, m["out_dtype"])
         cv.add(Node("qconv2d", args, inputs, out, n.name, "Conv"), shape, m["out_dtype"])
 
@@ -201,8 +199,7 @@ class ChannelsLast:
         its run-time zero point 1: acc - 1 * (x0 * sums - bias)."""
         cv, w = self.cv, m["w"].T                  # [K, N]
         a, shift = m["x"], 128 if cv.dtypes[m["x"]] == "int8" else 0
-        if a in self.twin and a not in self.nchw:
-            self._to_nchw(a)
+        self._nchw(a)
         if shift:
             a = self._unsigned(a)
         (K, N), out = w.shape, m["q"].output[0]
@@ -216,14 +213,13 @@ class ChannelsLast:
         cv, attrs, w = self.cv, attrs_of(n), m["w"]
         N, C, H, W = cv.shapes[n.input[0]]
         _, _, R, S = w.shape
-        (sh, sw), (dh, dw) = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
-        ph, pw = attrs.get("pads", [0, 0, 0, 0])[:2]
-        args = dict(N=N, H=H, W=W, C=C, R=R, S=S, stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw),
-                    dtype=cv.dtypes[m["x"]], out_dtype=m["out_dtype"], zero=m["zero"], pad_value=m["x_zero"])
+        window, (OH, OW) = _window(attrs, H, W, R, S)
+        args = dict(N=N, H=H, W=W, C=C, R=R, S=S, **window, dtype=cv.dtypes[m["x"]], out_dtype=m["out_dtype"],
+                    zero=m["zero"], pad_value=m["x_zero"])
         inputs = [self._channels_last(m["x"], C), cv.const(f"{n.input[1]}/rsc", w[:, 0].transpose(1, 2, 0), "int32"),
                   cv.const(f"{n.output[0]}/offset", m["bias"] - m["x_zero"] * w.astype(np.int64).sum((1, 2, 3)),
                            "int32"), cv.const(f"{n.output[0]}/scale", m["scale"])]
-        shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), C)
+        shape = (N, OH, OW, C)
         out = self._name(m["q"].output[0], shape, m["out_dtype"])
         cv.add(Node("qdepthwise_conv2d", args, inputs, out, n.name, "Conv"), shape, m["out_dtype"])
 
@@ -231,13 +227,14 @@ class ChannelsLast:
         attrs = attrs_of(n)
         N, C, H, W = self.cv.shapes[m["x"]]
         data = self._channels_last(m["x"], C)
-        (R, S), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
-        (ph, pw), (dh, dw) = attrs.get("pads", [0, 0, 0, 0])[:2], attrs.get("dilations", [1, 1])
-        shape = (N, out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw), C)
+        R, S = attrs["kernel_shape"]
+        window, (OH, OW) = _window(attrs, H, W, R, S)
+        shape = (N, OH, OW, C)
         out = self._name(m["q"].output[0], shape, self.cv.dtypes[m["x"]])
 
         def lower(cx):
-            return [q.max_pool_channels_last(cx.tensor(0), (R, S), (sh, sw), (ph, pw), (dh, dw), cx.name)]
+            return [q.max_pool_channels_last(cx.tensor(0), (R, S), window["stride"], window["padding"],
+                                             window["dilation"], cx.name)]
         self.cv.add(self.cv.te_call("MaxPool", n.name or n.output[0], [data], [out], 0, {}, lower, kind="reduction"),
                     shape, self.cv.dtypes[m["x"]])
 
@@ -247,8 +244,7 @@ class ChannelsLast:
         ([N, H, W] for one word a pixel: the transpose runs in vectors along the rows)."""
         if name in self.twin and self.cv.shapes[self.twin[name]][-1] == C4:
             return self.twin[name]
-        if name in self.twin and name not in self.nchw:
-            self._to_nchw(name)
+        self._nchw(name)
         N, C, H, W = self.cv.shapes[name]
         out = f"{name}/nhwc{C4}{'w' if words else ''}"
         shape, dtype = ((N, H, W, *([C4 // 4] if C4 > 4 else [])), "int32") if words else \
@@ -273,8 +269,10 @@ class ChannelsLast:
                                         lambda cx: [q.to_unsigned(cx.tensor(0), cx.name)]), shape, "uint8")
         return out
 
-    def _to_nchw(self, name: str) -> None:
-        """Make NCHW `name` from its twin."""
+    def _nchw(self, name: str) -> None:
+        """Make NCHW `name` from its twin, where it has one and it is not made yet."""
+        if name not in self.twin or name in self.nchw:
+            return
         self.nchw.add(name)
         N, C, H, W = self.cv.shapes[name]
 
@@ -282,3 +280,11 @@ class ChannelsLast:
             return [q.channels_first(cx.tensor(0), cx.name)]
         self.cv.add(self.cv.te_call("Transpose", f"{name}_nchw", [self.twin[name]], [name], 0, {}, lower),
                     (N, C, H, W), self.cv.dtypes[name])
+
+
+def _window(attrs: dict, H: int, W: int, R: int, S: int) -> tuple[dict, tuple[int, int]]:
+    """A conv's or pool's stride, padding and dilation (as op args), and its output's height and width."""
+    (sh, sw), (dh, dw) = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    ph, pw = attrs.get("pads", [0, 0, 0, 0])[:2]
+    return (dict(stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw)),
+            (out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)))
