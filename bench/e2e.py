@@ -12,7 +12,7 @@ tunekit's tuned network's with both after).
                         [--stages 16,64] [--rounds 3]
     python bench/e2e.py --nets bert,gpt2 [--quick]
     python bench/e2e.py --precision int8 --nets resnet18,mobilenet_v2,bert [--quick]
-    python bench/e2e.py --precision bf16 --nets bert [--quick]
+    python bench/e2e.py --precision bf16 --nets resnet18,bert [--quick]
 
 
 The networks are the paper's five, examples/networks.py's (torch.nn modules with seeded
@@ -41,7 +41,8 @@ onnxruntime on the float32 file and tunekit's float32 (its databases shared with
 runs), without PyTorch; the report adds the accuracy: each side's largest difference from
 onnxruntime's int8 output and from the float32 output, in quantization steps where the output is
 quantized. With --precision bf16, tunekit compiles the float32 file with precision "bf16"
-(matmuls of constant weights on bfloat16 data and weights, float32 accumulation) against
+(matmuls and convolutions of constant weights on bfloat16 data and weights, float32
+accumulation) against
 onnxruntime and tunekit on the same float32 file; the report adds the largest difference of
 each from onnxruntime's output, relative to its largest value.
 """

@@ -41,6 +41,7 @@ SHAPES = {"matmul": {"M": 13, "N": 37, "K": 7}, "batch_matmul": {"B": 2, "M": 20
           "qconv2d": {"N": 1, "H": 7, "W": 6, "C": 8, "K_out": 19, "R": 3, "S": 3, "padding": 1, "pad_value": 5},
           "qdepthwise_conv2d": {"N": 1, "H": 7, "W": 6, "C": 19, "R": 3, "S": 3, "padding": 1, "pad_value": 5}}
 BLOCKED = {"conv2d": {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 8, "R": 3, "S": 3, "padding": 1, "layout": "NCHW4c"},
+           "bconv2d": {"N": 1, "C": 8, "H": 7, "W": 9, "K_out": 8, "R": 3, "S": 3, "padding": 1, "layout": "NCHW4c"},
            "depthwise_conv2d": {"N": 1, "C": 8, "H": 8, "W": 7, "R": 3, "S": 3, "stride": 2, "padding": 1,
                                 "layout": "NCHW4c"},
            "max_pool2d": {"N": 1, "C": 4, "H": 9, "W": 10, "R": 3, "S": 3, "stride": 2, "padding": 1,
@@ -102,9 +103,9 @@ def test_every_arm_template_tunes_under_emulation_with_no_wrong_answer(tmp_path)
             ("dense", "rows"), ("group_conv2d", "direct"), ("matmul", "auto"), ("conv2d", "auto"),
             ("conv2d_winograd", "winograd"), ("mbconv", "fused"), ("lstm_step", "panels")} <= served
     # the fused epilogues of matmul (tiled, packed), dense, conv2d (direct, nchwc, blocked), conv2d_winograd,
-    # group_conv2d, depthwise (rows, blocked), bmatmul; the generated matmul's; mbconv's residual and the
-    # bias of bmatmul's own shape
-    assert sum(has_epilogue(t.args) for t in tasks) == 11 * len(EPILOGUES) + 3
+    # group_conv2d, depthwise (rows, blocked), bmatmul, bconv2d; the generated matmul's; mbconv's residual and
+    # the bias of bmatmul's own shape
+    assert sum(has_epilogue(t.args) for t in tasks) == 12 * len(EPILOGUES) + 3
     states = tunekit.tune(tasks, target=EMULATED, trials=TRIALS, database=str(tmp_path / "arm.db"),
                           measure={"number": 1, "repeat": 2, "min_repeat_ms": 0, "warmup": 0, "retries": 0,
                                    "timeout_s": 60, "runner": {"name": "local", "warmup_s": 0}})

@@ -40,6 +40,7 @@ SMALL = {
                     pad_value=3),
     "qdepthwise_conv2d": dict(N=1, H=6, W=7, C=20, R=3, S=3, stride=2, padding=1, dtype="int8", pad_value=-3),
     "bmatmul": dict(M=3, N=20, K=10, bias=True),
+    "bconv2d": dict(N=1, C=8, H=4, W=5, K_out=16, R=3, S=3, padding=1, layout="NCHW8c", bias=True),
 }
 BLOCKED = {"conv2d": dict(N=1, C=8, H=4, W=4, K_out=16, R=1, S=1, stride=1, padding=0, dilation=1,
                           layout="NCHW8c", bias=True, activation="relu6")}

@@ -1,7 +1,7 @@
 """The int8 dot instruction: `te.dot4_u8s8` (four unsigned-by-signed byte products summed per
 int32 lane) computes the same in numpy (`te.evaluate`), the reference interpreter and the x86
-code generator; the generated code uses VNNI's vpdpbusd where the CPU has it, and a portable
-form where it does not (a CPU named without VNNI)."""
+code generator; the generated code uses VNNI's vpdpbusd where the CPU has it, vpmaddwd where it
+does not (a CPU named without VNNI), and on ARM usdot or sdot where the CPU has them."""
 from __future__ import annotations
 
 import re
@@ -51,16 +51,23 @@ def test_evaluate_and_the_interpreter_compute_the_byte_dot_product():
     assert np.array_equal(out, want)
 
 
-@pytest.mark.parametrize("mcpu", ["", "haswell"])
-def test_x86_code_uses_vpdpbusd_where_the_cpu_has_vnni_and_a_portable_form_elsewhere(mcpu):
+#: a CPU named without VNNI -> the instruction its dot products use (the host: vpdpbusd where it has VNNI)
+WITHOUT_VNNI = {"haswell": r"vpmaddwd\s+%ymm", "skylake-avx512": r"vpmaddwd\s+%zmm", "x86-64": r"pmaddwd\s+%xmm"}
+
+
+@pytest.mark.parametrize("mcpu", ["", *WITHOUT_VNNI])
+def test_x86_code_uses_vpdpbusd_where_the_cpu_has_vnni_and_vpmaddwd_elsewhere(mcpu):
     target = X86Target(X86Target.Options(mcpu=mcpu))
     a, b, want = _operands()
     ts = tunekit.Task.from_compute(_product, {}, name="dot4").bind(target)
     for index in [ts.space.default(), *(int(i) for i in RNG.integers(0, ts.space.size, 3))]:
         program = ts.program(index)
-        uses = len(re.findall(r"\bvpdpbusd\b", target.assembly(program)))
-        if mcpu == "haswell" or not _vnni():   # haswell has no VNNI: never the instruction
-            assert uses == 0
+        asm = target.assembly(program)
+        uses = len(re.findall(r"\bvpdpbusd\b", asm))
+        if mcpu or not _vnni():   # named CPUs are not known to have VNNI: never the instruction
+            assert uses == 0 and "pmulld" not in asm
+            if index == ts.space.default():
+                assert re.search(WITHOUT_VNNI.get(mcpu, "pmaddwd"), asm)
         elif index == ts.space.default():   # its inner loop: the 48 columns, vectorized
             assert "for j_i in range(48):  # vectorized" in str(program) and uses > 0
         args = [tunekit.empty(shape, "int32") for shape in ((M, K4), (K4, N), (M, N))]
@@ -74,17 +81,21 @@ def test_dot4_takes_int32_operands():
         te.dot4_u8s8(te.placeholder((4,), "x")[0], 1)
 
 
-def test_the_portable_form_runs_on_arm_under_emulation():
+@pytest.mark.parametrize("mcpu, instruction", [("cortex-a72", None), ("cortex-a76", "sdot"), ("neoverse-n2", "usdot")])
+def test_arm_code_uses_usdot_or_sdot_where_the_cpu_has_them_and_runs_under_emulation(mcpu, instruction):
     import platform
 
     from tunekit_plugins.targets.llvm import qemu
     from tunekit_plugins.targets.llvm.cpu import ArmCpuTarget
     if platform.machine().lower() in ("aarch64", "arm64") or qemu.missing():
         pytest.skip(qemu.missing() or "an ARM host: the x86 tests cover the portable form")
-    target = ArmCpuTarget(ArmCpuTarget.Options(emulate=True))
+    target = ArmCpuTarget(ArmCpuTarget.Options(mcpu=mcpu, emulate=True))
     a, b, want = _operands()
     ts = tunekit.Task.from_compute(_product, {}, name="dot4").bind(target)
+    program = ts.program(ts.space.default())
+    found = set(re.findall(r"\b(u?s?dot)\b", target.assembly(program)))
+    assert found == ({instruction} if instruction else set())
     args = [tunekit.empty(shape, "int32") for shape in ((M, K4), (K4, N), (M, N))]
     args[0][...], args[1][...] = a, b
-    target.load(target.build(ts.program(ts.space.default())))(*args)
+    target.load(target.build(program))(*args)
     assert np.array_equal(args[2], want)

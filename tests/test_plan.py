@@ -54,7 +54,7 @@ def test_the_passes_are_listed_and_each_can_be_left_out(tmp_path):
     tgt, path = _x86_target(), _network(tmp_path)
     names = [p.name for p in PASSES]
     assert names == ["epilogues", "merge-siblings", "bf16", "fuse-te", "dense-rows", "pack-panels", "block-channels",
-                     "alternatives"]
+                     "bf16-convs", "alternatives"]
     x = RNG.standard_normal((1, 3, 9, 11)).astype(np.float32)
     every = _compiled(path, tgt)
     plain = _compiled(path, tgt, passes=[n for n in names if n != "block-channels"])

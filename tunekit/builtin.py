@@ -6,6 +6,7 @@ from __future__ import annotations
 from tunekit.hookspecs import hookimpl
 from tunekit.measure.local import LocalRunner
 from tunekit.ops.batch_matmul import batch_matmul
+from tunekit.ops.bconv2d import bconv2d
 from tunekit.ops.bmatmul import bmatmul
 from tunekit.ops.conv2d import conv2d
 from tunekit.ops.conv2d_winograd import conv2d_winograd
@@ -30,7 +31,7 @@ class Ops:
     def tunekit_ops():
         return [matmul, batch_matmul, dense, conv2d, conv2d_winograd, group_conv2d, depthwise_conv2d, max_pool2d,
                 avg_pool2d, global_avg_pool2d, mbconv, lstm_step, qmatmul, qconv2d,
-                qdepthwise_conv2d, bmatmul]
+                qdepthwise_conv2d, bmatmul, bconv2d]
 
     @staticmethod
     @hookimpl

@@ -192,8 +192,8 @@ def compile_model(path: str, target="x86", database: str | None = None,
     Args:
         passes: the graph passes to run, by name (`tunekit.deploy.plan.PASSES`; None: all):
             leave one out to see what it buys.
-        precision: "float32", or "bf16": matmuls of constant weights on bfloat16 data and weights
-            with float32 accumulation (tune with the same precision: a model entry's `precision`).
+        precision: "float32", or "bf16": matmuls and convolutions of constant weights on bfloat16
+            data and weights with float32 accumulation (tune with the same precision: a model entry's `precision`).
     Returns:
         a CompiledModel: `outputs = net(x)`.
     """

@@ -13,6 +13,8 @@ The passes, in order (each `Graph -> Graph`, in a module of `tunekit.graph`):
 - pack-panels: constant matmul weights in the target's column panels;
 - block-channels: activations in channel blocks, the rule's or, with records, the blocks
   per tensor the graph tuner picks (`tunekit.graph.layout_search`);
+- bf16-convs: with precision "bf16", blocked convolutions of constant weights run on
+  bfloat16 data and weights (so Winograd and mbconv, float32 algorithms, do not replace them);
 - alternatives: each layer or chain runs the algorithm its records say is fastest
   (`tunekit.graph.alternatives`: an inverted-residual chain as one mbconv kernel,
   Winograd for a 3x3 conv); a layer without a record counts as infinitely slow.
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from tunekit.errors import ArgumentError, ModelError
 from tunekit.graph import Graph, Node
 from tunekit.graph.alternatives import ALTERNATIVES
-from tunekit.graph.bf16 import to_bf16
+from tunekit.graph.bf16 import convs_to_bf16, to_bf16
 from tunekit.graph.blocking import BlockPlan, block_activations, plan_blocks
 from tunekit.graph.dense_rows import dense_rows
 from tunekit.graph.epilogues import fuse_epilogues
@@ -78,8 +80,8 @@ class NetworkPlan:
         target: the Target it runs on.
         database: an open Database to choose by (layouts, algorithms) and build from.
         passes: the names of the passes to run (of `PASSES`; None: all).
-        precision: "float32", or "bf16": matmuls of constant weights with bfloat16 data and weights
-            and float32 accumulation (the bf16 pass; the rest stays float32).
+        precision: "float32", or "bf16": matmuls and convolutions of constant weights with bfloat16
+            data and weights and float32 accumulation (the bf16 passes; the rest stays float32).
     Raises:
         ModelError: the target cannot run a node (its dtype, its memory), naming it.
         ArgumentError: an unknown pass name.
@@ -254,6 +256,9 @@ PASSES = (
     Pass("pack-panels", "constant matmul weights packed in the target's column panels",
          lambda graph, plan, by_records: pack_panels(graph, plan.choices.panel_width)),
     Pass("block-channels", "activations in channel blocks (per tensor by the records with a database)", _block),
+    Pass("bf16-convs", "with precision bf16: blocked convolutions of constant weights on bfloat16 data and "
+         "weights (bconv2d)",
+         lambda graph, plan, by_records: convs_to_bf16(graph) if plan.precision == "bf16" else graph),
     Pass("alternatives", "layers run the algorithm their records say is fastest (Winograd, mbconv)", _choose),
 )
 PRECISIONS = ("float32", "bf16")

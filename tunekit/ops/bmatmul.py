@@ -8,6 +8,8 @@ the float32 data by whatever computes it), and B as int32 [K/2, N], two k of a c
 (`pack_weights`, done once for constant weights). Stage "bmm" is the product."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from pydantic import model_validator
 
@@ -60,15 +62,18 @@ def reference(A, B, *extra, bias=False, residual=False, activation="none", **_):
     return [epilogue.reference(out, extra, bias, residual, activation).astype(np.float32)]
 
 
-class BmatmulOp(Op):
-    """bmatmul's Op: its random data and weights are pairs of uniform values (random bits are NaNs)."""
+@dataclass
+class PairsOp(Op):
+    """An op of bfloat16 pairs: its random inputs at `pairs` (their indices) are pairs of uniform values
+    (random bits are NaNs)."""
+    pairs: tuple[int, ...] = ()
 
     def random_inputs(self, args: dict, rng: np.random.Generator) -> list[np.ndarray]:
-        out, a = super().random_inputs(args, rng), self.Args(**args)
-        out[0] = pack_data(rng.uniform(-1, 1, (a.M, a.K)).astype(np.float32))
-        out[1] = pack_weights(rng.uniform(-1, 1, (a.K, a.N)).astype(np.float32))
+        out = super().random_inputs(args, rng)
+        for i in self.pairs:
+            out[i] = bf16x2(*(rng.uniform(-1, 1, out[i].shape).astype(np.float32) for _ in "lh"))
         return out
 
 
-bmatmul = BmatmulOp("bmatmul", BmatmulArgs, compute, reference,
-                    flops=lambda M, N, K, **_: 2 * M * N * K, reduction_size=lambda K, **_: K)
+bmatmul = PairsOp("bmatmul", BmatmulArgs, compute, reference, flops=lambda M, N, K, **_: 2 * M * N * K,
+                  reduction_size=lambda K, **_: K, pairs=(0, 1))

@@ -106,6 +106,13 @@ def padded(data: te.Tensor, padding) -> te.Tensor:
     return te.compute((N, C, H + 2 * ph, W + 2 * pw, *lane), f, name="pad")
 
 
+def in_input(h, w, H: int, W: int, ph: int, pw: int, Hp: int, Wp: int) -> ir.Expr:
+    """Whether padded position (h, w) of an input H x W padded by (ph, pw) into Hp x Wp holds
+    data (only the conditions that can fail)."""
+    return all_(*([h >= ph] if ph else []), *([h < H + ph] if Hp > H + ph else []),
+                          *([w >= pw] if pw else []), *([w < W + pw] if Wp > W + pw else []))
+
+
 def windows(x: np.ndarray, R: int, S: int, stride, padding, dilation) -> np.ndarray:
     """View of the receptive fields of NCHW `x`: [N, C, OH, OW, R, S] (float64, no copy of the windows)."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)

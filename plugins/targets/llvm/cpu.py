@@ -92,10 +92,25 @@ class _CpuTarget(tunekit.Target):
     def vector_bits(self) -> int:
         return 128
 
+    #: feature -> (a probe's body over `ptr %a, ptr %b`, what its code shows where the CPU has it)
+    _PROBES: ClassVar[dict[str, tuple[str, str]]] = {}
+
     def features(self) -> frozenset:
-        """The CPU features the code may use, by LLVM's names (those `cpu_features` enables; a CPU
-        given by name alone: none beyond what LLVM's portable code selects)."""
-        return frozenset(f[1:] for f in self.cpu_features()[1].split(",") if f.startswith("+"))
+        """The CPU features the code may use, by LLVM's names: those `cpu_features` enables, or for a
+        CPU given by name alone, those of `_PROBES` its target machine is seen to select."""
+        flags = self.cpu_features()[1]
+        if flags or "probed" in self._memo:
+            return self._memo.get("probed") or frozenset(f[1:] for f in flags.split(",") if f.startswith("+"))
+        self._memo["probed"] = frozenset(f for f, (body, sign) in self._PROBES.items() if sign in self._probe(body))
+        return self._memo["probed"]
+
+    def _probe(self, body: str) -> str:
+        """The assembly this target compiles `define void @probe(ptr %a, ptr %b) { body }` to."""
+        mod = _llvm().parse_assembly(f"define void @probe(ptr %a, ptr %b) {{\n{body}\n  ret void\n}}\n")
+        mod.triple = self.triple()
+        pb = _llvm().create_pass_builder(self.target_machine(), _llvm().create_pipeline_tuning_options(speed_level=2))
+        pb.getModulePassManager().run(mod, pb)
+        return self.target_machine().emit_assembly(mod)
 
     def threads(self) -> int:
         """Threads a parallel loop runs on."""
@@ -204,11 +219,29 @@ class _CpuTarget(tunekit.Target):
         return _load(artifact)
 
 
+def _adds(elem: str, n: int) -> str:
+    """A probe's body (`_CpuTarget._probe`): the n-element vectors at %a and %b added into %a."""
+    op, t = "fadd" if elem == "float" else "add", f"<{n} x {elem}>"
+    return f"  %x = load {t}, ptr %a\n  %y = load {t}, ptr %b\n  %z = {op} {t} %x, %y\n  store {t} %z, ptr %a"
+
+
+def _dots(x: str) -> str:
+    """A probe's body: the 4-byte dot products of bytes (x: "zext" or "sext") by signed bytes."""
+    return (f"  %x = load <16 x i8>, ptr %a\n  %y = load <16 x i8>, ptr %b\n  %u = {x} <16 x i8> %x to <16 x i32>\n"
+            "  %v = sext <16 x i8> %y to <16 x i32>\n  %m = mul <16 x i32> %u, %v\n"
+            "  %r = call <4 x i32> @llvm.vector.partial.reduce.add.v4i32.v16i32(<4 x i32> zeroinitializer, "
+            "<16 x i32> %m)\n"
+            "  store <4 x i32> %r, ptr %a")
+
+
 class X86Target(_CpuTarget):
     """x86-64 CPUs (the host by default), vectorized up to AVX-512."""
 
     name: ClassVar[str] = "x86"
     run_arch = _X86
+    # vpmaddwd's widths (the dot product without VNNI); VNNI itself is only known of the host
+    _PROBES = {"sse2": (_adds("i32", 4), "xmm"), "avx2": (_adds("i32", 8), "ymm"),
+               "avx512bw": (_adds("i16", 32), "zmm")}
 
     class Options(tunekit.Options):
         mcpu: str = Field("", description="LLVM CPU name to compile for (e.g. 'znver4', 'skylake-avx512'); "
@@ -239,12 +272,7 @@ class X86Target(_CpuTarget):
             feats = _llvm().get_host_cpu_features()
             return 512 if feats.get("avx512f") else 256 if feats.get("avx2") else 128
         # a named CPU: ask its target machine which registers a 16-float add uses
-        llvm = _llvm()
-        mod = llvm.parse_assembly(
-            "define void @probe(ptr %a) {\n  %x = load <16 x float>, ptr %a\n"
-            "  %y = fadd <16 x float> %x, %x\n  store <16 x float> %y, ptr %a\n  ret void\n}\n")
-        mod.triple = self.triple()
-        asm = self.target_machine().emit_assembly(mod)
+        asm = self._probe(_adds("float", 16))
         return 512 if "zmm" in asm else 256 if "ymm" in asm else 128
 
 
@@ -266,6 +294,7 @@ class ArmCpuTarget(_CpuTarget):
 
     name: ClassVar[str] = "arm-cpu"
     run_arch = _ARM
+    _PROBES = {"dotprod": (_dots("sext"), "sdot"), "i8mm": (_dots("zext"), "usdot")}
     _CACHES: ClassVar[dict[str, tuple[int, int]]] = {
         "cortex-a53": (32 << 10, 512 << 10), "cortex-a55": (32 << 10, 256 << 10),
         "cortex-a72": (32 << 10, 1 << 20), "cortex-a76": (64 << 10, 512 << 10),

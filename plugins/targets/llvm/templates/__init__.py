@@ -8,8 +8,8 @@ or filtered out, guards stay in copy loops).
 """
 from __future__ import annotations
 
-from . import blocked, conv2d, dense, depthwise_conv2d, dots, lstm, matmul, mbconv, pool, qconv, winograd
+from . import bconv, blocked, conv2d, dense, depthwise_conv2d, dots, lstm, matmul, mbconv, pool, qconv, winograd
 
 TEMPLATES = [*matmul.TEMPLATES, *dense.TEMPLATES, *conv2d.TEMPLATES, *depthwise_conv2d.TEMPLATES, *pool.TEMPLATES,
              *blocked.TEMPLATES, *winograd.TEMPLATES, *mbconv.TEMPLATES,
-             *lstm.TEMPLATES, *dots.TEMPLATES, *qconv.TEMPLATES]
+             *lstm.TEMPLATES, *dots.TEMPLATES, *qconv.TEMPLATES, *bconv.TEMPLATES]

@@ -5,6 +5,7 @@ import itertools
 
 from tunekit import ir, te
 from tunekit.ops import pair
+from tunekit.ops.conv2d import in_input
 
 #: the reduction orders of the conv2d register-tile templates (input channel blocks, taps, channels in a block)
 REDUCE_ORDERS = {"c-rs-ci": ("rc", "ry", "rx", "rci"), "c-ci-rs": ("rc", "rci", "ry", "rx"),
@@ -76,13 +77,6 @@ def balanced(extent: int, cores: int) -> bool:
 def covered(size: int, pad: int, out: int, stride: int, k: int, dil: int) -> int:
     """The padded input extent that `out` output positions (whole tiles) read: at least the padded input."""
     return max(size + 2 * pad, (out - 1) * stride + (k - 1) * dil + 1)
-
-
-def in_input(h, w, H: int, W: int, ph: int, pw: int, Hp: int, Wp: int) -> ir.Expr:
-    """Whether padded position (h, w) of an input H x W padded by (ph, pw) into Hp x Wp holds
-    data (only the conditions that can fail)."""
-    return te.tensor.all_(*([h >= ph] if ph else []), *([h < H + ph] if Hp > H + ph else []),
-                          *([w >= pw] if pw else []), *([w < W + pw] if Wp > W + pw else []))
 
 
 def padded_blocks(data, b_in: int, icb: int, Hp: int, Wp: int, ph: int, pw: int, name: str):

@@ -8,6 +8,8 @@ made only for padded convolutions and tiles past the edge).
   output channels over the whole reduction; each data element broadcast, each
   weight a vector of b output channels. A first layer whose data is NCHW (3 input
   channels) packs it into input-channel blocks of its own size (a knob).
+  `_conv` does the same over pairs of input channels for bconv2d (`bconv`): each data
+  element a bfloat16 pair, each product vdpbf16ps; its padded copy rounds the data to pairs.
 - depthwise_conv2d `blocked`: tiles of output pixels, one vector of b channels
   each; every tap a vector load (strided convolutions too).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 from tunekit import Template, te
 from tunekit.ops import layout as layouts
 from tunekit.ops import out_size, pair
+from tunekit.ops.bconv2d import pairs
 from tunekit.ops.epilogue import Epilogue
 from tunekit.ops.layout import block_of
 
@@ -44,11 +47,20 @@ def _vector_lanes(s, t, axis, lanes: int) -> None:
 def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, dilation=1, dtype="float32",
                    layout="NCHW", data_layout=None, **epilogue):
     """conv2d from blocked (or NCHW) data and [K_out/b, C, R, S, b] weights to a blocked output."""
+    return _conv(cfg, device, N, C, H, W, K_out, R, S, stride, padding, dilation, dtype, layout, data_layout,
+                 epilogue, bf16=False)
+
+
+def _conv(cfg, device, N, C, H, W, K_out, R, S, stride, padding, dilation, dtype, layout, data_layout, epilogue,
+          bf16: bool):
+    """conv2d `blocked` (see the module's doc); with `bf16`, over C/2 channel pairs (bconv2d)."""
     (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     OH, OW = out_size(H, R, sh, ph, dh), out_size(W, S, sw, pw, dw)
     lanes = device.lanes(dtype)
     b, db = block_of(layout), block_of(data_layout or layout)
     KB, vecs = K_out // b, cdiv(b, lanes)
+    # the reduction's channels: bf16 reads pairs, blocked data in its own blocks of pairs
+    C, db = (C // 2, db // 2) if bf16 else (C, db)
     oc_c = [(KB // m, m) for m in range(1, 9) if KB % m == 0 and m * vecs <= 4]
     # a quarter of padding allowed: on 7x7 layers, 2 x 7 pixel tiles (8 rows computed) beat 1 x 7
     oh_c = padded_splits(OH, range(1, 9), waste=1 / 4)
@@ -76,17 +88,20 @@ def conv2d_blocked(cfg, device, N, C, H, W, K_out, R, S, stride=1, padding=0, di
     OHp, OWp = oho * ohr, owo * owr
     Hp, Wp = covered(H, ph, OHp, sh, R, dh), covered(W, pw, OWp, sw, S, dw)
 
-    data = layouts.placeholder(N, C, H, W, db, "data", dtype)
-    weight = te.placeholder((KB, C, R, S, b), "weight", dtype)
-    in_place = db and (Hp, Wp) == (H, W)   # blocked, unpadded: read the data where it is
-    Dp = data if in_place else padded_blocks(data, db, icb, Hp, Wp, ph, pw, "data_pad")
+    data = layouts.placeholder(N, 2 * C if bf16 else C, H, W, 2 * db if bf16 else db, "data", dtype)
+    weight = te.placeholder((KB, C, R, S, b), "weight", "int32" if bf16 else dtype)
+    in_place = db and (Hp, Wp) == (H, W) and not bf16   # blocked, unpadded: read the data where it is
+    Dp = data if in_place else pairs(data, 2 * db, icb, Hp, Wp, ph, pw) if bf16 else \
+        padded_blocks(data, db, icb, Hp, Wp, ph, pw, "data_pad")
+    product = te.dot2_bf16 if bf16 else lambda d, w: d * w
 
     rc, ry, rx, rci = (te.reduce_axis(ico, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx"),
                        te.reduce_axis(icb, "rci"))
     Co = te.compute(
         (N, oco, OHp, OWp, m, b),
-        lambda n, o, y, x, mi, ki: te.sum(Dp[n, rc, y * sh + ry * dh, x * sw + rx * dw, rci]
-                                          * weight[o * m + mi, rc * icb + rci, ry, rx, ki], axis=[rc, ry, rx, rci]),
+        lambda n, o, y, x, mi, ki: te.sum(product(Dp[n, rc, y * sh + ry * dh, x * sw + rx * dw, rci],
+                                                  weight[o * m + mi, rc * icb + rci, ry, rx, ki]),
+                                          axis=[rc, ry, rx, rci]),
         name="conv_tile")
     epi = Epilogue(K_out, (N, KB, OH, OW, b), dtype, **epilogue, block=b)
     out = te.compute((N, KB, OH, OW, b), lambda n, k, y, x, ki: epi(Co[n, k // m, y, x, k % m, ki], (n, k, y, x, ki)),
