@@ -13,6 +13,7 @@ import pytest
 from conftest import require
 
 import tunekit
+from tunekit.deploy.plan import passes_without
 from tunekit.errors import ModelError
 
 onnx = require("onnx")
@@ -150,8 +151,9 @@ def _cnn(path: str, shape=(1, 3, 12, 12)) -> None:
 
 
 def test_qdq_convolutions_run_as_int8_convolutions_channels_last_and_match_onnxruntime(tmp_path):
-    """Each QDQ Conv is one qconv2d, the Gemm a qmatmul; the max pool takes the uint8 values themselves;
-    the residual Add runs on the channels-last tensors; NCHW again only for the global pool."""
+    """The QDQ pass: each QDQ Conv is one qconv2d, the Gemm a qmatmul; the max pool takes the uint8 values
+    themselves; the residual Add runs on the channels-last tensors; NCHW again only for the global pool.
+    Without the pass the same file runs in float32 on the dequantized weights."""
     import sys
     sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
     from quantized_nets import quantize
@@ -162,6 +164,9 @@ def test_qdq_convolutions_run_as_int8_convolutions_channels_last_and_match_onnxr
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # no tuning records: default configs
         net = tunekit.compile_model(path, target="x86")
+        floats = tunekit.compile_model(path, target="x86", passes=passes_without(["qdq"]))
+    assert "conv2d" in {n.op for n in floats.graph.nodes} and not {"qconv2d", "qmatmul"} & \
+        {n.op for n in floats.graph.nodes}
     ops = [n.op for n in net.graph.nodes]
     assert ops.count("qconv2d") == 3 and "onnx_maxpool" in ops and "max_pool2d" not in ops, ops
     assert "qmatmul" in ops and "dense" not in ops, ops   # the Gemm (transB) too
@@ -171,4 +176,6 @@ def test_qdq_convolutions_run_as_int8_convolutions_channels_last_and_match_onnxr
     step = float(numpy_helper.to_array(next(t for t in onnx.load(path).graph.initializer if t.name == "y_scale")))
     for seed in (11, 12, 13):
         x = feeds(seed)["x"]
-        np.testing.assert_allclose(net(x)[0], session.run(None, {"x": x})[0], rtol=0, atol=step * 1.01)
+        want = session.run(None, {"x": x})[0]
+        np.testing.assert_allclose(net(x)[0], want, rtol=0, atol=step * 1.01)
+        np.testing.assert_allclose(floats(x)[0], want, rtol=0, atol=step * 1.01)

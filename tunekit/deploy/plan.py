@@ -4,6 +4,8 @@ of work done once. Every distinct node's Task is made once, the target's
 the task list (`extract_tasks`, a recipe's model tasks) and the compiled model read them.
 
 The passes, in order (each `Graph -> Graph`, in a module of `tunekit.graph`):
+- qdq: a quantized model's dequantize -> conv, matmul or max pool -> quantize as one int8 op,
+  channels last, with the elementwise nodes between them on the 8-bit values;
 - epilogues: what follows a conv, dense or matmul folds into it (BatchNormalization, a bias,
   a residual, ReLU/ReLU6), and a reshape of an op's output is an alias of it;
 - merge-siblings: matmuls of constant weights reading the same data run as one (Q, K, V);
@@ -38,6 +40,7 @@ from tunekit.graph.epilogues import fuse_epilogues
 from tunekit.graph.fuse_te import fuse_te
 from tunekit.graph.layout_search import layer_variants, search_blocks
 from tunekit.graph.panels import pack_panels
+from tunekit.graph.qdq import fold_qdq
 from tunekit.graph.siblings import merge_siblings
 from tunekit.ops.computed import ComputedOp
 from tunekit.plugin.registry import registry
@@ -243,6 +246,8 @@ def _choose(graph: Graph, plan: NetworkPlan, by_records: bool) -> Graph:
 
 
 PASSES = (
+    Pass("qdq", "dequantize -> conv, matmul or max pool -> quantize as one int8 op (qconv2d, qdepthwise_conv2d, "
+         "qmatmul), channels last", lambda graph, plan, by_records: fold_qdq(graph)),
     Pass("epilogues", "BatchNormalization, bias, residual and ReLU/ReLU6 folded into the conv, dense or matmul "
          "before them", lambda graph, plan, by_records: fuse_epilogues(graph)),
     Pass("merge-siblings", "matmuls of constant weights reading the same data run as one (Q, K, V)",

@@ -81,6 +81,9 @@ class Graph:
     frontend: str = ""      #: the frontend that translated it: its fused groups are named "{frontend}_{ops}"
     #: output -> its quantization step, for an output a quantized model dequantizes (accuracy is told in steps)
     output_steps: dict[str, float] = field(default_factory=dict)
+    #: a constant that is integers dequantized (a quantized model's weights and biases) -> (the integers,
+    #: the scale, the zero point or None, the axis of a scale per channel): what the QDQ pass reads
+    quantized: dict[str, tuple] = field(default_factory=dict)
 
     def base(self, name: str) -> str:
         """The tensor whose memory `name` lives in (itself unless it is a view)."""

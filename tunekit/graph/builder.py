@@ -21,6 +21,7 @@ class GraphBuilder:
         self.dtypes: dict[str, str] = {k: str(v.dtype) for k, v in constants.items()}
         self.nodes: list[Node] = []
         self.views: dict[str, tuple] = {}
+        self.quantized: dict[str, tuple] = {}   # (`Graph.quantized`)
 
     def const(self, name: str, value, dtype: str = "float32") -> str:
         """Add `value` as a constant of `dtype` named after `name` ("{name}:tunekit"); return its name."""
@@ -44,4 +45,5 @@ class GraphBuilder:
         """Return the Graph with these inputs and outputs (declared tensors, by name, in order)."""
         return Graph({k: (self.shapes[k], self.dtypes[k]) for k in inputs}, self.constants, self.nodes, outputs,
                      self.shapes, [self.shapes[o] for o in outputs], source=self.source, views=self.views,
-                     input_bounds=input_bounds or {}, dtypes=self.dtypes, frontend=self.frontend)
+                     input_bounds=input_bounds or {}, dtypes=self.dtypes, frontend=self.frontend,
+                     quantized=self.quantized)

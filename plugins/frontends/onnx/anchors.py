@@ -66,8 +66,16 @@ class Anchors:
         bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
         if bias is not None and (bias not in cv.constants or cv.constants[bias].size != weight.shape[0]):
             return None
+        if bias is not None and bias in cv.quantized:   # (the QDQ pass reads a quantized model's integers)
+            bq, bs, bz, _ = cv.quantized[bias]
+            cv.quantized[f"{bias}/flat:tunekit"] = (bq.reshape(-1), bs, bz, 0)
         bias = cv.const(bias + "/flat", cv.constants[bias].reshape(-1)) if bias else None
-        return self.linear(n, x, M, w, weight, bias, n.output[0])
+        node = self.linear(n, x, M, w, weight, bias, n.output[0])
+        if w in cv.quantized:   # the integers as the weights are stored, [K, N]
+            wq, ws, wz, axis = cv.quantized[w]
+            t = bool(a.get("transB", 0))
+            cv.quantized[node.inputs[1]] = (wq.T if t else wq, ws, wz, 1 - axis % 2 if t else axis % 2)
+        return node
 
     def linear(self, n, x: str, M: int, name: str, weight: np.ndarray, bias: str | None, out: str) -> Node:
         """x [M, K] times constant `weight` [N, K] (named `name`): a matmul of the weight stored

@@ -5,8 +5,10 @@ them: `tunekit.deploy.plan`):
 - LSTM: its kernels (`lower_lstm.py`); a ConvTranspose of constant weights: its phases and
   their interleave (`lower_conv_transpose.py`);
 - any other node: a te call of `tunekit.topi` per output read (`lowerings.py`), which the
-  passes recognize by its pattern (an Add, a ReLU, a Clip, a BatchNormalization) and group
-  into kernels by its kind.
+  passes recognize by its pattern (an Add, a ReLU, a Clip, a BatchNormalization, a
+  QuantizeLinear or DequantizeLinear) and group into kernels by its kind;
+- a constant folded from a DequantizeLinear (a QDQ model's weights): its integers, which the
+  QDQ pass reads (`Graph.quantized`, `tunekit.graph.qdq`).
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from . import lower_conv_transpose, lower_lstm
 from .anchors import Anchors
 from .context import ONNX_DTYPES, NodeContext, attrs_of
 from .load import check_dtypes, load, node_name
-from .lower_qdq import ChannelsLast
 from .lower_quantized import MICROSOFT, qmatmul_nodes
 from .lowerings import KINDS, LOWERINGS
 
@@ -63,7 +64,8 @@ def convert(path: str) -> Graph:
             cv.shapes[v.name] = _shape(v, path)
             cv.dtypes[v.name] = ONNX_DTYPES[v.type.tensor_type.elem_type]
     cv.used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
-    cv.channels_last = ChannelsLast(cv, g, dequantized)
+    cv.quantized = {name: (cv.constants[i], cv.constants[s], cv.constants[z] if z else None, axis)
+                    for name, (i, s, z, axis) in dequantized.items()}
     for n in g.node:
         cv.translate(n)
     inputs = [v.name for v in g.input if v.name not in cv.constants]
@@ -108,8 +110,6 @@ class _Converter(GraphBuilder):
             raise self.fail(n, f"tunekit cannot read it ({type(e).__name__}: {e})") from e
 
     def _add(self, n) -> None:
-        if self.channels_last.translate(n):
-            return None
         if n.op_type in ANCHORS and (node := self.anchors.make(n)) is not None:
             return self.add(node, self.shapes[n.output[0]])
         if n.op_type in ("MatMulInteger", "QLinearMatMul") and (nodes := qmatmul_nodes(self, n)) is not None:
@@ -136,6 +136,8 @@ class _Converter(GraphBuilder):
         """What the passes may recognize `n` as (`tunekit.graph.TeCall.pattern`)."""
         if n.op_type in ("Add", "Relu"):
             return (n.op_type.lower(),)
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            return (n.op_type[:-6].lower(),)
         if n.op_type == "BatchNormalization":
             return ("batch_norm", attrs.get("epsilon", 1e-5))
         if n.op_type != "Clip":

@@ -21,7 +21,7 @@ def node_name(n) -> str:
 def load(path: str):
     """The checked ONNX model at `path`, its constants folded, with every tensor's shape inferred,
     its constants as arrays by name, and those folded from a DequantizeLinear, each with that
-    node's inputs and axis (a QDQ model's weights: `lower_qdq` reads their integers)."""
+    node's inputs and axis (a QDQ model's weights: the QDQ pass reads their integers)."""
     import onnx
     from google.protobuf.message import DecodeError
     try:
