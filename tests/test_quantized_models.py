@@ -81,7 +81,8 @@ def _quantized(tmp_path, how: str) -> str:
 def test_a_model_quantized_by_onnxruntime_matches_onnxruntime_within_one_quantization_step(tmp_path, how, ops, dot):
     """`dot`: its product of 8-bit data and int8 weights runs as qmatmul (the dot instruction; int8 data
     through a te call that makes it uint8): the QDQ MatMul too, its data's constant zero point and the
-    bias in the column sums."""
+    bias in the column sums. A static model's convolutions run as qconv2d, the QOperator form's too
+    (read as the QDQ form it computes)."""
     path = _quantized(tmp_path, how)
     model = onnx.load(path)
     assert ops <= {n.op_type for n in model.graph.node}, "the quantizer wrote another form: the test reads nothing"
@@ -89,7 +90,7 @@ def test_a_model_quantized_by_onnxruntime_matches_onnxruntime_within_one_quantiz
         warnings.simplefilter("ignore")   # no tuning records: default configs
         net = tunekit.compile_model(path, target="x86")
     assert ("qmatmul" in {n.op for n in net.graph.nodes}) == dot
-    if how == "static QDQ":   # the convolution and the depthwise one in int8, none in float
+    if how.startswith("static"):   # the convolution and the depthwise one in int8, none in float (QOperator too)
         assert "qconv2d" in {n.op for n in net.graph.nodes} and not {"conv2d", "depthwise_conv2d"} & \
             {n.op for n in net.graph.nodes}
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])

@@ -3,8 +3,8 @@ ops, channels last. A quantizing exporter (onnxruntime's quantize_static) writes
 convolution as dequantize(x) -> conv(dequantize(w), dequantize(b)) -> quantize; where x is 8-bit
 with one scale and zero point, w int8 constants (zero point 0, one scale or one per output
 channel), b absent or int32 on the scale x_scale * w_scale, and the quantize the conv's only
-reader, the four run as one `qconv2d` (a depthwise conv as one `qdepthwise_conv2d`, a matmul of
-2-D data as one `qmatmul`), requantized in its output stage: onnxruntime's own fusion,
+reader, the four run as one `qconv2d` (a depthwise conv as one `qdepthwise_conv2d`, a matmul as
+one `qmatmul`), requantized in its output stage: onnxruntime's own fusion,
 QLinearConv. int8 data is read by qconv2d and qmatmul as uint8, 128 more. A max pool between a
 dequantize and a quantize of the same scale and zero point takes the 8-bit values themselves.
 
@@ -83,7 +83,7 @@ class _Fold:
             return dict(x=x, q=quant) if xp == yp and self.dtypes[quant.output] == self.dtypes[x] else None
         axis, a = FOLDED[n.op], n.args
         w = self.g.quantized.get(n.inputs[1])
-        if w is None or n.op == "matmul" and (len(self.shapes[x]) != 2 or a["K"] % 4):   # (the dot takes four k)
+        if w is None or n.op == "matmul" and a["K"] % 4:   # (the dot takes four k at once)
             return None
         wq, ws, wz, w_axis = w
         if wq.dtype != np.int8 or wq.ndim != (4 if axis == 0 else 2) or wz is not None and wz.any() or \

@@ -20,12 +20,14 @@ from . import lower_conv_transpose, lower_lstm
 from .anchors import Anchors
 from .context import ONNX_DTYPES, NodeContext, attrs_of
 from .load import check_dtypes, load, node_name
-from .lower_quantized import MICROSOFT, qmatmul_nodes
+from .lower_quantized import qmatmul_nodes
 from .lowerings import KINDS, LOWERINGS
+from .qoperator import QOPERATORS
 
 ANCHORS = {"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool"}
 #: the node types read at all (whether one fits where it is is checked while building)
-KNOWN = ANCHORS | set(LOWERINGS) | {"LSTM"}   # (Constant nodes are folded at load)
+#: (Constant nodes are folded at load, the QOperator nodes read as QDQ ones)
+KNOWN = ANCHORS | set(LOWERINGS) | {"LSTM"} | set(QOPERATORS)
 #: nodes whose output is their input's bytes in another shape (an alias unless fused)
 RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
 #: nodes that only move data (free to inline into a contraction's operand)
@@ -34,8 +36,7 @@ MOVES = RESHAPES | {"Transpose", "Slice", "Gather", "Expand", "Concat", "Split",
 
 def _check_ops(model, path: str) -> None:
     """Raise one ModelError naming every node of a type tunekit does not read (not just the first)."""
-    bad = [n for n in model.graph.node if n.op_type not in KNOWN or n.domain not in ("", "ai.onnx")
-           and not (n.domain == "com.microsoft" and n.op_type in MICROSOFT)]
+    bad = [n for n in model.graph.node if n.op_type not in KNOWN or n.domain not in ("", "ai.onnx")]
     if bad:
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
         names = "; ".join(f"{n.name or n.output[0]!r} ({n.op_type}{f', domain {n.domain}' if n.domain else ''})"
@@ -112,7 +113,7 @@ class _Converter(GraphBuilder):
     def _add(self, n) -> None:
         if n.op_type in ANCHORS and (node := self.anchors.make(n)) is not None:
             return self.add(node, self.shapes[n.output[0]])
-        if n.op_type in ("MatMulInteger", "QLinearMatMul") and (nodes := qmatmul_nodes(self, n)) is not None:
+        if n.op_type == "MatMulInteger" and (nodes := qmatmul_nodes(self, n)) is not None:
             for node in nodes:
                 self.add(node, self.shapes[node.output], self.dtypes[node.output])
             return None

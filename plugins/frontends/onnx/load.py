@@ -9,6 +9,8 @@ from onnx import TensorProto
 from tunekit.errors import ModelError
 from tunekit.topi.quantize import dequantize_array, quantize_array
 
+from .qoperator import as_qdq
+
 REDO = "export the model to ONNX again (e.g. with torch.onnx.export)"
 #: what is never folded: a value that changes from run to run
 _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -19,9 +21,10 @@ def node_name(n) -> str:
 
 
 def load(path: str):
-    """The checked ONNX model at `path`, its constants folded, with every tensor's shape inferred,
-    its constants as arrays by name, and those folded from a DequantizeLinear, each with that
-    node's inputs and axis (a QDQ model's weights: the QDQ pass reads their integers)."""
+    """The checked ONNX model at `path`, its QOperator nodes in the QDQ form (`qoperator.py`), its
+    constants folded, with every tensor's shape inferred, its constants as arrays by name, and those
+    folded from a DequantizeLinear, each with that node's inputs and axis (a quantized model's
+    weights: the QDQ pass reads their integers)."""
     import onnx
     from google.protobuf.message import DecodeError
     try:
@@ -44,34 +47,11 @@ def load(path: str):
                          f"truncated or in another format); {REDO}")
     try:
         onnx.checker.check_model(model)
-        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(model), path)
-        return _infer_microsoft(onnx.shape_inference.infer_shapes(model, strict_mode=True)), consts, dequantized
+        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(as_qdq(model, path)), path)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True), consts, dequantized
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
                          "edited file fails these checks)") from None
-
-
-def _infer_microsoft(model):
-    """`model` with the output shapes of the com.microsoft nodes it reads added (onnx infers only
-    the standard domain's), and so those of the nodes after them."""
-    import onnx
-    from onnx import helper
-
-    from .lower_quantized import infer
-    while True:
-        g = model.graph
-        types = {v.name: v.type.tensor_type for v in [*g.input, *g.value_info, *g.output]}
-        shapes = {k: tuple(d.dim_value for d in t.shape.dim) for k, t in types.items() if t.HasField("shape")}
-        shapes.update({t.name: tuple(t.dims) for t in g.initializer})
-        dtypes = {**{k: t.elem_type for k, t in types.items()}, **{t.name: t.data_type for t in g.initializer}}
-        new = [n for n in g.node if n.domain == "com.microsoft" and n.output[0] not in shapes
-               and all(i in shapes for i in n.input if i)]
-        if not new:
-            return model
-        for n in new:
-            infer(n, shapes, dtypes)
-            g.value_info.append(helper.make_tensor_value_info(n.output[0], dtypes[n.output[0]], shapes[n.output[0]]))
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
 def constant_value(n, path: str) -> np.ndarray:
