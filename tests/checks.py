@@ -49,3 +49,15 @@ def translated(path: str, passes=("epilogues", "merge-siblings", "fuse-te", "den
     from tunekit.deploy.plan import NetworkPlan
     from tunekit.plugin.registry import make_component
     return NetworkPlan(load_graph(str(path)), make_component("target", "x86"), passes=list(passes)).compiled()
+
+
+def save_onnx(path: str, nodes, inputs: dict, outputs: dict, inits=(), opset: int = 17) -> str:
+    """Write an ONNX model of `nodes` to `path` and return `path`; `inputs`/`outputs`: name -> (shape,
+    element type); `inits`: name -> array (the initializers)."""
+    import onnx
+    from onnx import helper, numpy_helper
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, t, s) for k, (s, t) in inputs.items()],
+                              [helper.make_tensor_value_info(k, t, s) for k, (s, t) in outputs.items()],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from checks import save_onnx
 
 import tunekit
 from tunekit.errors import ArgumentError
@@ -101,18 +102,14 @@ def test_bconv2d_takes_channels_in_pairs_and_a_blocked_layout():
 def _cnn(path: str) -> str:
     """A 3-channel image -> conv 3x3 (16) -> relu -> conv 3x3 (32, padded) + bias -> relu -> global average
     pool (so that the activations between are blocked)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
     w1, w2 = (RNG.standard_normal(shape).astype(np.float32) for shape in ((16, 3, 3, 3), (32, 16, 3, 3)))
     b2 = RNG.standard_normal(32).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c2"], ["r2"]), helper.make_node("GlobalAveragePool", ["r2"], ["y"])]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1, 1])],
-                              [numpy_helper.from_array(v, n) for v, n in ((w1, "w1"), (w2, "w2"), (b2, "b2"))])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return save_onnx(path, nodes, {"x": ((1, 3, 12, 12), TensorProto.FLOAT)},
+                     {"y": ((1, 32, 1, 1), TensorProto.FLOAT)}, {"w1": w1, "w2": w2, "b2": b2})
 
 
 def test_compile_model_in_bf16_runs_the_blocked_convolutions_as_bconv2d(tmp_path):

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from checks import save_onnx
 
 import tunekit
 from tunekit import te
@@ -118,17 +119,13 @@ def test_bmatmul_on_amx_tiles_matches_its_reference():
 
 
 def _mlp(path: str) -> str:
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
     w1, w2 = RNG.standard_normal((64, 32)).astype(np.float32), RNG.standard_normal((32, 16)).astype(np.float32)
     b1 = RNG.standard_normal(32).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
              helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 16])],
-                              [numpy_helper.from_array(v, n) for v, n in ((w1, "w1"), (w2, "w2"), (b1, "b1"))])
-    import onnx
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    return save_onnx(path, nodes, {"x": ((2, 8, 64), TensorProto.FLOAT)}, {"y": ((2, 8, 16), TensorProto.FLOAT)},
+                     {"w1": w1, "w2": w2, "b1": b1})
 
 
 def test_compile_model_in_bf16_runs_the_products_as_bmatmul_within_bfloat16_error(tmp_path):

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from checks import translated
+from checks import save_onnx, translated
 from conftest import require
 
 import tunekit
@@ -27,13 +27,8 @@ F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
 def save(tmp_path, nodes, inputs, outputs, inits=(), opset=17):
-    """Write a model of `nodes`; `inputs`/`outputs`: name -> (shape, element type)."""
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, t, s) for k, (s, t) in inputs.items()],
-                              [helper.make_tensor_value_info(k, t, s) for k, (s, t) in outputs.items()],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
-    path = str(tmp_path / "m.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
-    return path
+    """Write a model of `nodes` (`checks.save_onnx`) as m.onnx in `tmp_path`."""
+    return save_onnx(str(tmp_path / "m.onnx"), nodes, inputs, outputs, inits, opset)
 
 
 def feeds_of(inputs):
