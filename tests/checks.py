@@ -61,3 +61,12 @@ def save_onnx(path: str, nodes, inputs: dict, outputs: dict, inits=(), opset: in
                               [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
     return path
+
+
+def run_built(target, program, ins: list, out_shape: tuple, dtype: str = "float32") -> np.ndarray:
+    """Build `program` for `target`, run it on arrays holding `ins` and return its output (of `out_shape`)."""
+    arrays = [tunekit.empty(x.shape, x.dtype) for x in ins] + [tunekit.empty(out_shape, dtype)]
+    for array, value in zip(arrays, ins):
+        array[...] = value
+    target.load(target.build(program))(*arrays)
+    return arrays[-1]

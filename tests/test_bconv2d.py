@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from checks import save_onnx
+from checks import run_built, save_onnx
 
 import tunekit
 from tunekit.errors import ArgumentError
@@ -38,14 +38,6 @@ def _case(args: dict):
     return ins, layouts.to_blocked(want, b)
 
 
-def _run(target, program, ins, out_shape):
-    arrays = [tunekit.empty(x.shape, x.dtype) for x in ins] + [tunekit.empty(out_shape, "float32")]
-    for array, value in zip(arrays, ins):
-        array[...] = value
-    target.load(target.build(program))(*arrays)
-    return arrays[-1]
-
-
 CASES = [dict(N=1, C=32, H=7, W=6, K_out=32, R=3, S=3, padding=1, layout="NCHW16c"),
          dict(N=1, C=16, H=5, W=9, K_out=16, R=1, S=1, padding=0, layout="NCHW16c", data_layout="NCHW8c"),
          dict(N=1, C=4, H=6, W=6, K_out=16, R=3, S=3, padding=1, layout="NCHW16c", data_layout="NCHW")]
@@ -65,7 +57,7 @@ def test_bconv2d_matches_the_convolution_of_the_rounded_values_on_registers(mcpu
         program = ts.program(index)
         asm = target.assembly(program)
         assert ("vdpbf16ps" in asm) == (not mcpu and "avx512bf16" in FEATURES) and "tdpbf16ps" not in asm
-        np.testing.assert_allclose(_run(target, program, ins, want.shape), want, rtol=1e-4, atol=1e-4,
+        np.testing.assert_allclose(run_built(target, program, ins, want.shape), want, rtol=1e-4, atol=1e-4,
                                    err_msg=f"config {index}")
 
 
@@ -81,7 +73,7 @@ def test_bconv2d_on_amx_tiles_over_flat_pixels_matches(case):
     for index in tiled:
         program = ts.program(index)
         assert "tdpbf16ps" in target.assembly(program)
-        np.testing.assert_allclose(_run(target, program, ins, want.shape), want, rtol=1e-4, atol=1e-4,
+        np.testing.assert_allclose(run_built(target, program, ins, want.shape), want, rtol=1e-4, atol=1e-4,
                                    err_msg=f"config {index}")
 
 

@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from checks import save_onnx
+from checks import run_built, save_onnx
 
 import tunekit
 from tunekit import te
@@ -73,14 +73,6 @@ def _case(M, N, K, bias=False):
     return ins, want
 
 
-def _run(target, program, ins, out_shape):
-    arrays = [tunekit.empty(x.shape, x.dtype) for x in ins] + [tunekit.empty(out_shape, "float32")]
-    for array, value in zip(arrays, ins):
-        array[...] = value
-    target.load(target.build(program))(*arrays)
-    return arrays[-1]
-
-
 @pytest.mark.parametrize("mcpu", ["", "skylake-avx512"])   # the host's features; a CPU without AVX512-BF16
 def test_bmatmul_matches_its_reference_on_registers(mcpu):
     M, N, K = 6, 48, 40
@@ -99,7 +91,7 @@ def test_bmatmul_matches_its_reference_on_registers(mcpu):
             assert "vdpbf16ps" in target.assembly(program)
         if mcpu:
             assert "vdpbf16ps" not in target.assembly(program)
-        np.testing.assert_allclose(_run(target, program, ins, (M, N)), want, rtol=1e-4, atol=1e-4,
+        np.testing.assert_allclose(run_built(target, program, ins, (M, N)), want, rtol=1e-4, atol=1e-4,
                                    err_msg=f"config {index}")
 
 
@@ -114,7 +106,7 @@ def test_bmatmul_on_amx_tiles_matches_its_reference():
     for index in tiled[::max(1, len(tiled) // 4)]:
         program = ts.program(index)
         assert "tdpbf16ps" in target.assembly(program)
-        np.testing.assert_allclose(_run(target, program, ins, (M, N)), want, rtol=1e-4, atol=1e-4,
+        np.testing.assert_allclose(run_built(target, program, ins, (M, N)), want, rtol=1e-4, atol=1e-4,
                                    err_msg=f"config {index}")
 
 
