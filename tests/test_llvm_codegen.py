@@ -391,8 +391,8 @@ def test_kernel_argument_errors(x86):
 
 @needs_x86
 def test_many_loaded_kernels(x86, monkeypatch):
-    from tunekit_plugins.targets.llvm import cpu
-    monkeypatch.setattr(cpu, "_ENGINES_MAX", 2)    # evicting an engine must not free shared LLVM state
+    from tunekit_plugins.targets.llvm import mcjit
+    monkeypatch.setattr(mcjit, "_ENGINES_MAX", 2)    # evicting an engine must not free shared LLVM state
     a, b = _rand(10, 7), _rand(7, 12)
     for k, name in enumerate(["plain", "fuse", "unroll", "reorder"]):
         c = np.zeros((10, 12), np.float32)
@@ -409,8 +409,8 @@ def test_many_loaded_kernels(x86, monkeypatch):
 def _has_avx512() -> bool:
     if not ON_X86:
         return False
-    from tunekit_plugins.targets.llvm.cpu import _llvm
-    return bool(_llvm().get_host_cpu_features().get("avx512f"))
+    from tunekit_plugins.targets.llvm.mcjit import binding
+    return bool(binding().get_host_cpu_features().get("avx512f"))
 
 
 @pytest.mark.skipif(not _has_avx512(), reason="the host has no AVX-512")

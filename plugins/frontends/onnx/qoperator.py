@@ -46,7 +46,7 @@ def _expand(n, path: str, helper, sizes: dict) -> list:
         return helper.make_node(op, inputs, [f"{y}/float"], f"{name}/float", **a)
 
     # the output quantized (its scale and zero point: the node's last two inputs but a bias)
-    s, z = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QLinearAdd": (6, 7)}.get(n.op_type, (3, 4))
+    s, z = (3, 4) if n.op_type == "QLinearGlobalAveragePool" else (6, 7)
     out = helper.make_node("QuantizeLinear", [f"{y}/float", ins[s], *[ins[z]] * bool(ins[z])], [y], name)
     if n.op_type == "QLinearConv":
         body = [dq(0, "x"), dq(3, "w", axis=0), node("Conv", [f"{y}/x", f"{y}/w", *[f"{y}/b"] * bool(ins[8])],

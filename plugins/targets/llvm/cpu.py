@@ -1,19 +1,14 @@
 """The `x86` and `arm-cpu` targets: loop IR -> LLVM IR (`codegen.py`) -> O3 object
-code for the CPU's features; loaded in-process with MCJIT and called through ctypes.
+code for the CPU's features; loaded in-process with MCJIT (`mcjit.py`) and called through ctypes.
 
 llvmlite is imported lazily (tunekit core never imports it); `available()` says
 when it is missing.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
-import hashlib
 import os
 import platform
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -24,7 +19,8 @@ import tunekit
 from tunekit import ir
 from tunekit.errors import BuildError, TunekitError
 
-from .kernels import KernelArgumentError, KernelLoadError, call_kernel  # noqa: F401  (the errors: for users)
+from .kernels import KernelArgumentError, KernelLoadError  # noqa: F401  (the errors: for users)
+from .mcjit import binding, load
 
 _X86 = ("x86_64", "amd64")
 #: the CPU features a nest tensorized as "amx" needs, by the product it computes
@@ -34,17 +30,6 @@ _ARM = ("aarch64", "arm64")
 
 def _host_arch() -> str:
     return platform.machine().lower()
-
-
-@functools.cache
-def _llvm():
-    """llvmlite.binding with every target initialized (never `llvm.initialize()`: it raises)."""
-    import llvmlite.binding as llvm
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-    return llvm
 
 
 def _llvmlite_missing() -> str | None:
@@ -106,11 +91,16 @@ class _CpuTarget(tunekit.Target):
 
     def _probe(self, body: str) -> str:
         """The assembly this target compiles `define void @probe(ptr %a, ptr %b) { body }` to."""
-        mod = _llvm().parse_assembly(f"define void @probe(ptr %a, ptr %b) {{\n{body}\n  ret void\n}}\n")
+        mod = binding().parse_assembly(f"define void @probe(ptr %a, ptr %b) {{\n{body}\n  ret void\n}}\n")
         mod.triple = self.triple()
-        pb = _llvm().create_pass_builder(self.target_machine(), _llvm().create_pipeline_tuning_options(speed_level=2))
+        return self.target_machine().emit_assembly(self._optimized(mod, 2))
+
+    def _optimized(self, mod, level: int):
+        """llvmlite module `mod` after LLVM's pipeline at speed `level` for this target machine."""
+        pb = binding().create_pass_builder(self.target_machine(),
+                                           binding().create_pipeline_tuning_options(speed_level=level))
         pb.getModulePassManager().run(mod, pb)
-        return self.target_machine().emit_assembly(mod)
+        return mod
 
     def threads(self) -> int:
         """Threads a parallel loop runs on."""
@@ -141,7 +131,7 @@ class _CpuTarget(tunekit.Target):
     def target_machine(self):
         """The llvmlite TargetMachine this target compiles with (cached)."""
         if "tm" not in self._memo:
-            llvm = _llvm()
+            llvm = binding()
             cpu, features = self.cpu_features()
             try:
                 target = llvm.Target.from_triple(self.triple())
@@ -158,7 +148,7 @@ class _CpuTarget(tunekit.Target):
     def _compile(self, program: ir.Program):
         """Generate, verify and optimize: returns (generated IR text, optimized llvmlite module)."""
         from . import codegen
-        llvm = _llvm()
+        llvm = binding()
         tm = self.target_machine()
         try:
             module = codegen.generate(program, self.threads(), self.features())
@@ -175,10 +165,7 @@ class _CpuTarget(tunekit.Target):
         except RuntimeError as e:
             raise BuildError(f"{program.name}: generated LLVM IR is invalid ({e}); this is a codegen bug, "
                              "please report it with the program") from e
-        pto = llvm.create_pipeline_tuning_options(speed_level=self.options.opt_level)
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        return text, mod
+        return text, self._optimized(mod, self.options.opt_level)
 
     def network_choices(self) -> tunekit.NetworkChoices:
         """Activations in blocks of a float32 vector, matmul weights in panels of two, Winograd's
@@ -190,7 +177,7 @@ class _CpuTarget(tunekit.Target):
                                                              "avg_pool2d", "global_avg_pool2d"}), bf16_dot=dot)
 
     def code_version(self) -> str:
-        llvm = "none" if _llvmlite_missing() else ".".join(map(str, _llvm().llvm_version_info))
+        llvm = "none" if _llvmlite_missing() else ".".join(map(str, binding().llvm_version_info))
         return f"{super().code_version()}-llvm{llvm}"
 
     def build(self, program: ir.Program) -> tunekit.Artifact:
@@ -216,7 +203,7 @@ class _CpuTarget(tunekit.Target):
 
     def load(self, artifact: tunekit.Artifact) -> Callable[..., None]:
         self._check_runnable(artifact)
-        return _load(artifact)
+        return load(artifact)
 
 
 def _adds(elem: str, n: int) -> str:
@@ -259,17 +246,17 @@ class X86Target(_CpuTarget):
         return None
 
     def triple(self) -> str:
-        return _llvm().get_process_triple() if _host_arch() in _X86 else "x86_64-unknown-linux-gnu"
+        return binding().get_process_triple() if _host_arch() in _X86 else "x86_64-unknown-linux-gnu"
 
     def cpu_features(self) -> tuple[str, str]:
         if self.options.mcpu:
             return self.options.mcpu, ""
-        llvm = _llvm()
+        llvm = binding()
         return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
     def vector_bits(self) -> int:
         if not self.options.mcpu:
-            feats = _llvm().get_host_cpu_features()
+            feats = binding().get_host_cpu_features()
             return 512 if feats.get("avx512f") else 256 if feats.get("avx2") else 128
         # a named CPU: ask its target machine which registers a 16-float add uses
         asm = self._probe(_adds("float", 16))
@@ -358,65 +345,3 @@ class ArmCpuTarget(_CpuTarget):
 
     def vector_bits(self) -> int:
         return 128
-
-
-# -- loading -------------------------------------------------------------------------
-
-_ENGINES: OrderedDict = OrderedDict()
-_ENGINES_MAX = 64
-_LOCK = threading.Lock()
-
-
-@functools.cache
-def _gomp() -> str | None:
-    """Make libgomp's symbols visible to MCJIT; returns why not, or None."""
-    llvm = _llvm()
-    errors = []
-    for name in ("libgomp.so.1", ctypes.util.find_library("gomp")):
-        if not name:
-            continue
-        try:
-            llvm.load_library_permanently(name)
-            return None
-        except RuntimeError as e:
-            errors.append(str(e))
-    return "libgomp (GNU OpenMP runtime) was not found: " + "; ".join(errors or ["find_library('gomp') is None"])
-
-
-@functools.cache
-def _amx_permission() -> None:
-    """Ask Linux for the AMX tile state, which it gives a process only on request (once)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(158, 0x1023, 18) != 0:      # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
-        raise KernelLoadError(f"Linux refused this process the AMX tile state (errno {ctypes.get_errno()}), "
-                              "which a kernel tensorized as 'amx' needs")
-
-
-def _load(artifact: tunekit.Artifact) -> Callable[..., None]:
-    key = (artifact.entry, hashlib.blake2b(artifact.data, digest_size=16).digest())
-    with _LOCK:
-        hit = _ENGINES.get(key)
-        if hit is None:
-            why = _gomp()
-            if why and artifact.meta.get("parallel"):
-                raise KernelLoadError(f"cannot load {artifact.entry}: its parallel loops need {why}")
-            if artifact.meta.get("amx"):
-                _amx_permission()
-            llvm = _llvm()
-            # the engine owns (and frees) its target machine: give it its own
-            tm = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine()
-            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-            engine.add_object_file(llvm.ObjectFileRef.from_data(artifact.data))
-            engine.finalize_object()
-            addr = engine.get_function_address(artifact.entry)
-            if not addr:
-                raise KernelLoadError(f"kernel {artifact.entry} not found in its object code")
-            hit = _ENGINES[key] = (engine, addr)
-            while len(_ENGINES) > _ENGINES_MAX:
-                _ENGINES.popitem(last=False)
-        else:
-            _ENGINES.move_to_end(key)
-    engine, addr = hit
-    return call_kernel(artifact, engine, addr)
-
-
