@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the layers, lowest first: each names the top-level modules and packages of tunekit/ in it
 LAYERS = [
     ["_version", "errors", "records", "memory", "component"],   # leaves
+    ["runtime"],    # running saved models: numpy and the standard library only
     ["ir"],
     ["te"],
     ["topi"],       # the frontend-neutral op library: te computations
@@ -62,6 +63,8 @@ BY_NAME = {
     ("tunekit.testing.null_target", "tunekit.testing"): "the test kit's plugin name, not a load",
     ("tunekit.measure.spawn", COMPUTED): "a spawned worker imports the parent's hand-registered plugin modules",
     ("tunekit.recipe.computed", COMPUTED): "a recipe's `compute = \"module:function\"` imports the user's module",
+    ("tunekit", COMPUTED): "the facade imports a public name's module on first use (`import tunekit.runtime` "
+                           "alone loads no compiler)",
     ("pyproject.toml", "tunekit.cli.main"): "the `tunekit` console script: the command line, the top layer",
 }
 

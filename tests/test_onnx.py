@@ -119,7 +119,7 @@ def test_a_profile_times_each_layer_alone_and_within_whole_runs(tmp_path, monkey
     advance the clock by a different amount in each situation."""
     import types
 
-    import tunekit.deploy.network as network
+    import tunekit.runtime.model as runtime_model
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # no records: default configs
         net = tunekit.compile_model(depthwise_block(tmp_path / "m.onnx"))
@@ -131,7 +131,7 @@ def test_a_profile_times_each_layer_alone_and_within_whole_runs(tmp_path, monkey
             last[0] = k
         return call
     net.calls = [layer(k) for k in range(len(net.calls))]
-    monkeypatch.setattr(network, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(runtime_model, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     rows = net.profile(repeat=3)
     assert len(rows) == 2
     assert [(r["seconds"], r["in_run"]) for r in rows] == [(1.0, 5.0), (2.0, 10.0)]

@@ -4,35 +4,36 @@ The public API is what this module exports (`__all__`) and the modules named in
 `PUBLIC_MODULES`, the only ones a plugin imports. The packages are layers (see the
 README's "How it works"); this module is the facade above them all.
 """
-from tunekit._version import __version__
-from tunekit.component import Options
-from tunekit.deploy.kernels import apply_history_best, build
-from tunekit.deploy.network import CompiledModel, compile_model, extract_tasks
-from tunekit.explorers import Explorer
-from tunekit.frontends import Frontend
-from tunekit.hookspecs import hookimpl
-from tunekit.memory import empty
-from tunekit.models import Candidate, CostModel, feature_matrix
-from tunekit.ops import Op, OpArgs, Size, Template
-from tunekit.plugin.manager import register as register_plugin
-from tunekit.plugin.manager import reload as reload_plugins
-from tunekit.plugin.manager import unregister as unregister_plugin
-from tunekit.plugin.registry import registry
-from tunekit.plugin.registry import task as Task
-from tunekit.recipe.model import Recipe, load_recipe
-from tunekit.recipe.run import tune
-from tunekit.records import Outcome, Trial
-from tunekit.runners import Runner, TimingPolicy
-from tunekit.targets import Artifact, DeviceInfo, NetworkChoices, RunSettings, Target
-from tunekit.task import TaskSpace, TaskSpec
+from tunekit._version import __version__  # noqa: F401  (in __all__)
 
-__all__ = [
-    "Artifact", "Candidate", "CompiledModel", "CostModel", "DeviceInfo", "Explorer", "Frontend", "NetworkChoices",
-    "Op", "OpArgs", "Options", "Outcome", "Recipe", "RunSettings", "Runner", "Size", "Target", "Task", "TaskSpace",
-    "TaskSpec", "Template", "TimingPolicy", "Trial", "__version__", "apply_history_best", "build", "compile_model",
-    "empty", "extract_tasks", "feature_matrix", "hookimpl", "load_recipe", "register_plugin", "registry",
-    "reload_plugins", "tune", "unregister_plugin",
-]
+#: where each public name is defined: imported on first use (PEP 562), so that `import tunekit.runtime`
+#: on a machine that only runs saved models loads numpy and the standard library, not the compiler
+_EXPORTS = {
+    "Options": "component", "apply_history_best": "deploy.kernels", "build": "deploy.kernels",
+    "CompiledModel": "deploy.network", "compile_model": "deploy.network", "extract_tasks": "deploy.network",
+    "Explorer": "explorers", "Frontend": "frontends", "hookimpl": "hookspecs", "empty": "memory",
+    "Candidate": "models", "CostModel": "models", "feature_matrix": "models", "Op": "ops", "OpArgs": "ops",
+    "Size": "ops", "Template": "ops", "registry": "plugin.registry", "Recipe": "recipe.model",
+    "load_recipe": "recipe.model", "tune": "recipe.run", "Outcome": "records", "Trial": "records",
+    "Runner": "runners", "TimingPolicy": "runners", "Artifact": "targets", "DeviceInfo": "targets",
+    "Library": "targets", "NetworkChoices": "targets", "RunSettings": "targets", "Target": "targets",
+    "TaskSpace": "task", "TaskSpec": "task",
+}
+_RENAMED = {"register_plugin": ("plugin.manager", "register"), "reload_plugins": ("plugin.manager", "reload"),
+            "unregister_plugin": ("plugin.manager", "unregister"), "Task": ("plugin.registry", "task")}
+
+
+def __getattr__(name: str):
+    import importlib
+    module, attr = _RENAMED.get(name) or (_EXPORTS.get(name), name)
+    if module is None:
+        raise AttributeError(f"module 'tunekit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tunekit.{module}"), attr)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(["__version__", *_EXPORTS, *_RENAMED])
 
 #: the modules of tunekit a plugin may import (names below `tunekit.`; a package with its
 #: submodules), besides this facade; the rest is internal. The built-in plugins keep to them
@@ -46,6 +47,8 @@ PUBLIC_MODULES = (
     "ir", "te", "topi", "ops", "graph",
     # for runners: check and time one artifact, and do it in an isolated child with a deadline
     "measure.timing", "measure.isolated",
+    # running saved models (numpy only): calling a kernel on arrays
+    "runtime",
     # the test kit for plugin authors
     "testing",
 )

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tunekit.component import Component
+from tunekit.errors import BuildError
 from tunekit.ir import Program
 from tunekit.ops.op import DTYPES
 
@@ -60,6 +61,14 @@ class Artifact:
     entry: str
     data: bytes | str
     meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Library:
+    """Kernels linked into one shared library that `tunekit.runtime` loads (`Target.link`)."""
+    data: bytes                      #: the shared object (ELF), its kernels exported by their `entry` names
+    machine: str                     #: the architecture it runs on, as `platform.machine()` names it
+    features: tuple[str, ...] = ()   #: CPU features (LLVM's names) its code may use; a CPU without one is refused
 
 
 @dataclass(frozen=True)
@@ -189,6 +198,18 @@ class Target(Component):
         (what a compiled model's plan calls; without it, the plan calls the function).
         """
         raise NotImplementedError
+
+    def link(self, artifacts: list[Artifact]) -> Library:
+        """Link `artifacts` (kernels of distinct `entry` names) into one shared library for
+        `tunekit.runtime`, which calls each as `void entry(void *array, ...)` (what a saved
+        `CompiledModel` holds). Runs where the model is compiled; must not need the device.
+
+        Raises:
+            tunekit.errors.BuildError: the kernels cannot be linked (the default: this target's
+                kernels do not run in `tunekit.runtime`).
+        """
+        raise BuildError(f"target {self.name!r} cannot link its kernels for tunekit.runtime (a saved model runs CPU "
+                         "kernels: compile for x86 or arm-cpu)")
 
     def run(self, artifact: Artifact, args: list[Any], settings: RunSettings) -> list[float]:
         """Time `artifact` on `args` (the kernel's arrays, outputs written in place).

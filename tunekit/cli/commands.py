@@ -296,7 +296,34 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("run", arg("model", nargs="?", help="model file (.onnx)"),
+@command("compile", arg("model", help="model file (.onnx)"),
+         arg("-o", "--output", required=True, help="the file to write (model.tk)"),
+         arg("--target", default="x86", help="target: x86 (this CPU; x86:mcpu=NAME for another), arm-cpu "
+             "(cross-linked for aarch64); default x86"),
+         arg("--database", help="tuning records to use (default: none, every kernel a default config)"),
+         arg("--precision", choices=("float32", "bf16"), default="float32", help="as for tunekit run"),
+         help="compile a model once into one file that tunekit.runtime runs with numpy alone")
+def compile_model(args: argparse.Namespace) -> int:
+    """Compile a model with the best records of a database and save it as one file (the
+    kernels as a shared library, the plan, the weights in their compiled layouts) that
+    `tunekit run model.tk` or `tunekit.runtime.load` runs without the compiler."""
+    import os
+    import time
+
+    from tunekit.deploy.network import compile_model as compile_
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        net = compile_(args.model, args.target, args.database, precision=args.precision)
+    for w in said:
+        print(f"warning: {w.message}", file=sys.stderr)
+    net.save(args.output)
+    print(f"{args.output}: {len(net.kernels)} kernels, {os.path.getsize(args.output) / 2**20:.1f} MiB, "
+          f"compiled in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+@command("run", arg("model", nargs="?", help="model file (.onnx), or a saved one (.tk, from tunekit compile)"),
          arg("--target", default="x86", help="target (default x86)"),
          arg("--database", help="tuning records to use (default: none, every kernel a default config)"),
          arg("--input", action="append", metavar="NAME=FILE.npy", help="an input's values (repeatable; FILE.npy "

@@ -17,7 +17,7 @@ def feeds(net, given: list[str], path: str) -> dict[str, np.ndarray]:
     """The model's inputs by name: `given` ("name=file.npy", or "file.npy" for a model of one
     input) and, for the rest, seeded random values: normal floats; integers in [0, the input's
     bound) (token ids within the vocabulary that they index), else 0 or 1 (masks)."""
-    inputs, out = net.graph.inputs, {}
+    inputs, out = net.inputs, {}
     for spec in given:
         name, sep, file = spec.rpartition("=")
         if not sep:
@@ -34,7 +34,7 @@ def feeds(net, given: list[str], path: str) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     for name, (shape, dtype) in inputs.items():
         if name not in out:
-            out[name] = (rng.integers(0, net.graph.input_bounds.get(name, 2), shape) if np.dtype(dtype).kind in "iu"
+            out[name] = (rng.integers(0, net.input_bounds.get(name, 2), shape) if np.dtype(dtype).kind in "iu"
                          else rng.standard_normal(shape)).astype(dtype)
     return out
 
@@ -59,12 +59,16 @@ def run_model(args: argparse.Namespace, console, table) -> int:
         return 0
     if args.model is None:
         raise TunekitError("tunekit run: give a model file (or --list-passes)")
-    passes = passes_without(args.no_pass)
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        net = compile_model(args.model, args.target, args.database, passes, args.precision)
-    for w in said:
-        print(f"warning: {w.message}", file=sys.stderr)
+    saved = args.model.endswith(".tk")
+    if saved:   # a saved model runs as it is: compiled for its target, with its database's configs
+        import tunekit.runtime
+        net = tunekit.runtime.load(args.model)
+    else:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            net = compile_model(args.model, args.target, args.database, passes_without(args.no_pass), args.precision)
+        for w in said:
+            print(f"warning: {w.message}", file=sys.stderr)
     x = feeds(net, args.input or [], args.model)
     outputs = net(**x)
     times = []
@@ -85,6 +89,10 @@ def run_model(args: argparse.Namespace, console, table) -> int:
     console.print(f"memory: activations {net.peak_bytes / 2**20:.2f} MiB (buffers reused across layers), "
                   f"weights {net.weight_bytes / 2**20:.2f} MiB", markup=False)
     console.print(matmul_share(rows), markup=False)
+    if saved:
+        console.print(f"(a saved model of {net.header['source'] or 'an unnamed file'}: run that file to check its "
+                      "outputs against onnxruntime)", markup=False)
+        return 0
     try:
         import onnxruntime
     except ImportError:

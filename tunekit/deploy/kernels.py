@@ -3,6 +3,7 @@ default one when the database has none."""
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -10,13 +11,18 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from tunekit.errors import ArgumentError, TunekitError
+from tunekit.errors import ArgumentError, BuildError, TunekitError
+from tunekit.measure.build_pool import BuildPool
+from tunekit.measure.spawn import build as spawn_build
 from tunekit.memory import ALIGN, misaligned
 from tunekit.ops.epilogue import has_epilogue
 from tunekit.plugin.registry import make_component, registry, task_of
 from tunekit.plugin.registry import task as make_task
 from tunekit.store.database import Database, TaskKey
-from tunekit.task import Task, TaskSpec
+from tunekit.task import Task, TaskSpace, TaskSpec
+
+#: jobs below this many build in this process (starting worker processes costs more)
+_PARALLEL_MIN = 8
 
 _local = threading.local()
 
@@ -39,9 +45,10 @@ class Kernel:
     """A compiled kernel: call it with the op's arrays (inputs, then outputs).
     Arrays from `tunekit.empty` (64-byte aligned) run at the speed that was tuned."""
 
-    def __init__(self, fn, task: Task, config, tuned: bool, template: str = ""):
+    def __init__(self, fn, task: Task, config, tuned: bool, template: str = "", artifact=None):
         self.fn, self.task, self.config, self.tuned = fn, task, config, tuned
         self.template = template   #: the name of the template that scheduled it
+        self.artifact = artifact   #: the `tunekit.Artifact` it was loaded from
         self.params = task.op.buffers(task.args)   #: (name, shape, dtype) of each array, in call order
         self._warned = False
         first_out = len(self.params) - task.op.num_outputs
@@ -177,13 +184,62 @@ def build(op: str | Task, args: dict | None = None, target="x86", template: str 
     return kernel_of(task, tgt, best_record(database, task, tgt) if database is not None else None)
 
 
+def choice(task: Task, target, best: tuple | None) -> tuple[TaskSpace, int]:
+    """The task space and config index `task` runs on `target`: `best`'s (its `best_record`),
+    or with no record its default template's default config."""
+    if best is not None:
+        return best[2], best[1]
+    ts = task.bind(target)
+    return ts, ts.space.default()
+
+
+def loaded(target, ts: TaskSpace, index: int, artifact, tuned: bool) -> Kernel:
+    """The Kernel of config `index` of `ts`, loaded from its built `artifact`; on a target that
+    cannot run here (a cross-compiled one), a kernel that says so when it is run."""
+    why = target.available()
+    fn = target.load(artifact) if why is None else _Elsewhere(f"{target.name}: {artifact.entry} cannot run here: "
+                                                               f"{why}; save the model and run it where it can")
+    return Kernel(fn, ts.task, ts.space.get(index), tuned, ts.template.name, artifact)
+
+
+class _Elsewhere:
+    """A kernel built for a machine that is not this one: running it raises why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __call__(self, *arrays) -> None:
+        raise TunekitError(self.why)
+
+    def bind(self, *arrays) -> Callable[[], None]:
+        return self
+
+
+def build_all(target, jobs: list[tuple[TaskSpace, int, str]]) -> list:
+    """Build each (task space, config index, entry name) job on `target`: the artifacts, in order,
+    each kernel named as its job says. Many jobs build in parallel, in the build pool's worker
+    processes (code generation is Python, so one process compiles one kernel at a time).
+
+    Raises:
+        BuildError: a job failed to build (naming its task and config).
+    """
+    if len(jobs) < _PARALLEL_MIN or (os.cpu_count() or 1) < 2:
+        outcomes = [spawn_build(None, None, index, ts=ts, entry=entry) for ts, index, entry in jobs]
+    else:
+        pool = BuildPool(target, timeout_s=600.0)
+        try:
+            outcomes = pool.build_jobs(jobs)
+        finally:
+            pool.close()
+    for (ts, index, _), out in zip(jobs, outcomes):
+        if out.error is not None:
+            raise BuildError(f"{ts.task.name}: config {index} of template {ts.template.name!r} does not build on "
+                             f"{target.name}: {out.message}")
+    return [out.artifact for out in outcomes]
+
+
 def kernel_of(task: Task, target, best: tuple | None) -> Kernel:
     """Compile `task` on `target` with `best` (its `best_record`), or with no record its
     default template's default config."""
-    if best is not None:
-        _, index, ts = best
-    else:
-        ts = task.bind(target)
-        index = ts.space.default()
-    return Kernel(target.load(target.build(ts.program(index))), ts.task, ts.space.get(index), best is not None,
-                  ts.template.name)
+    ts, index = choice(task, target, best)
+    return loaded(target, ts, index, target.build(ts.program(index)), best is not None)

@@ -68,19 +68,23 @@ class BuildPool:
         (the artifact, or a build error or timeout), in order. When a worker dies,
         every config then in flight is built again alone, in a fresh worker: only
         the one that kills its worker gets the build error."""
+        return self.build_jobs([(ts, i, None) for i in indices])
+
+    def build_jobs(self, jobs: list[tuple]) -> list[Outcome]:
+        """`build` of (task space, config index, entry name or None) jobs of any tasks."""
         if self.inline:
-            return [build(self.spec, None, i, ts=ts) for i in indices]
-        spec = ts.task.spec()
-        futs = self._submit([(build, self.spec, spec, i) for i in indices])
-        done, _ = wait(futs, timeout=self.timeout_s * -(-len(indices) // self.workers))
+            return [build(self.spec, None, i, ts=ts, entry=e) for ts, i, e in jobs]
+        calls = [(build, self.spec, ts.task.spec(), i, None, e) for ts, i, e in jobs]
+        futs = self._submit(calls)
+        done, _ = wait(futs, timeout=self.timeout_s * -(-len(jobs) // self.workers))
         out = [Outcome(error=BUILD_TIMEOUT, message=f"no build within {self.timeout_s:g} s") if f not in done
                else f.result() if f.exception() is None else None for f in futs]
         if len(done) < len(futs) or None in out:
             self._kill()
-        return [self._build_alone(spec, i) if o is None else o for i, o in zip(indices, out)]
+        return [self._build_alone(c) if o is None else o for c, o in zip(calls, out)]
 
-    def _build_alone(self, spec, index: int) -> Outcome:
-        (fut,) = self._submit([(build, self.spec, spec, index)])
+    def _build_alone(self, call: tuple) -> Outcome:
+        (fut,) = self._submit([call])
         try:
             return fut.result(timeout=self.timeout_s)
         except TimeoutError:

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 
 import numpy as np
 
@@ -70,12 +71,14 @@ def _watch_parent(parent: int, every_s: float = 0.25) -> None:
             os._exit(0)
 
 
-def build(target_spec, task_spec: TaskSpec, index: int, ts=None) -> Outcome:
-    """Lower config `index` and compile it (in a worker, or inline when `ts` is given)."""
+def build(target_spec, task_spec: TaskSpec, index: int, ts=None, entry: str | None = None) -> Outcome:
+    """Lower config `index` and compile it (in a worker, or inline when `ts` is given), its
+    kernel named `entry` (default: the program's own name)."""
     t0 = time.perf_counter()
     try:
         ts = ts or task_space(target_spec, task_spec)
-        art = ts.target.build(ts.program(index))
+        program = ts.program(index)
+        art = ts.target.build(replace(program, name=entry) if entry else program)
         return Outcome(artifact=art, seconds=time.perf_counter() - t0)
     except Exception as e:
         return Outcome(error=BUILD_ERROR, message=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)

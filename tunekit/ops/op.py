@@ -48,6 +48,7 @@ class Op:
     #: whether generic templates (`ANY_OP`: schedules generated from the computation) may schedule it;
     #: False for an op that only its own templates make fast (conv2d_winograd's unrolled transforms)
     generated: bool = True
+    _buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def canonical(self, args: dict) -> dict:
         """Return the validated args with defaults filled in.
@@ -72,7 +73,12 @@ class Op:
 
     def buffers(self, args: dict) -> list[tuple[str, tuple, str]]:
         """(name, shape, dtype) of every kernel argument, inputs then outputs."""
-        return [(t.name, tuple(t.shape), t.dtype) for t in self.compute(**args)]
+        # cached: planning a network asks it of the same args many times, and a computation of many
+        # stages (Winograd's) takes milliseconds to build
+        key = json.dumps(args, sort_keys=True, default=str)
+        if key not in self._buffers:
+            self._buffers[key] = [(t.name, tuple(t.shape), t.dtype) for t in self.compute(**args)]
+        return list(self._buffers[key])
 
     def buffer_bytes(self, args: dict) -> int:
         """Bytes of all the kernel's arrays together."""

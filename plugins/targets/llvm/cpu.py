@@ -190,6 +190,15 @@ class _CpuTarget(tunekit.Target):
                 "parallel": '@"GOMP_parallel"' in text, "amx": "llvm.x86.tdp" in text}
         return tunekit.Artifact(target=self.name, entry=program.name, data=bytes(obj), meta=meta)
 
+    def link(self, artifacts: list[tunekit.Artifact]) -> tunekit.Library:
+        from . import linker
+        for a in artifacts:
+            if a.target != self.name or a.meta.get("triple") != self.triple():
+                raise BuildError(f"{self.name}: kernel {a.entry} was built for {a.target} ({a.meta.get('triple')}), "
+                                 f"not this target ({self.triple()})")
+        return tunekit.Library(linker.link(artifacts, self.triple()), linker.machine(self.triple()),
+                               linker.needed(self.triple(), self.features()))
+
     def assembly(self, program: ir.Program) -> str:
         """The optimized assembly of `program` for this target (for inspection and tests)."""
         return self.target_machine().emit_assembly(self._compile(program)[1])

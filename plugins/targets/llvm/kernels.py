@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import platform
 from collections.abc import Callable
 
 import numpy as np
 
 import tunekit
 from tunekit.errors import TunekitError
+from tunekit.runtime.host import data_pointer
 
 
 class KernelArgumentError(TunekitError, ValueError):
@@ -20,21 +20,6 @@ class KernelArgumentError(TunekitError, ValueError):
 
 class KernelLoadError(TunekitError):
     """A compiled kernel cannot be loaded or run on this machine."""
-
-
-@functools.cache
-def _data_pointer() -> Callable[[np.ndarray], int]:
-    """The fastest way to an array's data address: read PyArrayObject.data (right after
-    the object header) when that reads what numpy reports, else `a.ctypes.data`."""
-    probe = np.arange(3.0)
-    offset = object.__basicsize__   # PyArrayObject: PyObject_HEAD, then char *data
-    read = ctypes.c_void_p.from_address
-    try:
-        if platform.python_implementation() == "CPython" and read(id(probe) + offset).value == probe.ctypes.data:
-            return lambda a: read(id(a) + offset).value
-    except (ValueError, OSError):
-        pass
-    return lambda a: a.ctypes.data
 
 
 def kernel_params(artifact: tunekit.Artifact) -> list[tuple[str, tuple, np.dtype]]:
@@ -60,7 +45,7 @@ def check_arguments(entry: str, params: list, arrays: tuple) -> None:
 
 def call_kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., None]:
     """Return `kernel(*arrays)`: call the loaded code at `addr` (kept alive by `engine`) on numpy arrays."""
-    entry, ps, data = artifact.entry, kernel_params(artifact), _data_pointer()
+    entry, ps, data = artifact.entry, kernel_params(artifact), data_pointer()
     cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(ps))(addr)
     n, expected = len(ps), [(dt, shape) for _, shape, dt in ps]
 

@@ -88,7 +88,17 @@ def plan(loop: ir.For) -> str | None:
     access: dict[ir.Buffer, list[ir.Expr]] = {}
     reason: list[str] = []
 
+    seen: set[int] = set()
+
     class V(ir.Visitor):
+        def visit(self, node):
+            # an unrolled body shares index expressions between its statements: each is looked at once
+            if isinstance(node, ir.Expr):
+                if id(node) in seen:
+                    return None
+                seen.add(id(node))
+            return super().visit(node)
+
         def visit_For(self, node):
             reason.append("the body has a nested loop")
 
