@@ -158,3 +158,14 @@ def test_a_layer_runs_winograd_exactly_when_its_record_is_faster(tmp_path, monke
     assert ops[1] == (("conv2d_winograd", winner) if winner else ("conv2d", None))
     x = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32)
     np.testing.assert_allclose(net(x)[0], reference(path, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("extra", [{}, {"bias": True, "residual": True, "activation": "relu"},
+                                   {"tile": 2, "data_layout": "NCHW8c"}])
+def test_the_parameters_are_the_computations_without_building_the_transforms(extra):
+    """`buffers` (asked of every variant a network's plan weighs) leaves the transforms' stages out."""
+    from tunekit.ops.conv2d_winograd import conv2d_winograd
+    from tunekit.ops.op import Op
+    args = conv2d_winograd.canonical({"N": 1, "C": 32, "H": 14, "W": 14, "K_out": 32, "R": 3, "S": 3,
+                                      "padding": (1, 1), "tile": 4, "layout": "NCHW16c", **extra})
+    assert conv2d_winograd.buffers(args) == Op.buffers(conv2d_winograd, args)

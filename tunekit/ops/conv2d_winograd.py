@@ -43,9 +43,10 @@ def tiles(H: int, W: int, padding, m: int) -> tuple[int, int]:
 
 def compute(N: int, C: int, H: int, W: int, K_out: int, R: int = 3, S: int = 3, padding=0, tile: int = 2,
             stride=1, dilation=1, dtype: str = "float32", layout: str = "NCHW", data_layout: str | None = None,
-            TW: int | None = None, **epilogue):
+            TW: int | None = None, transforms: bool = True, **epilogue):
     """The op's tensors. `TW` (for templates): compute that many tile columns, at least the
-    output's (the rest on zero padding), so that a schedule's chunks of tiles divide them."""
+    output's (the rest on zero padding), so that a schedule's chunks of tiles divide them.
+    `transforms` False: a placeholder for the transforms' stages, for the parameters alone."""
     m, (ph, pw) = tile, conv2d.pair(padding)
     b, db = block_of(layout), block_of(data_layout or layout)
     OH, OW = out_size(H, 3, 1, ph, 1), out_size(W, 3, 1, pw, 1)
@@ -53,8 +54,11 @@ def compute(N: int, C: int, H: int, W: int, K_out: int, R: int = 3, S: int = 3, 
     TW = TW or tw
     data = layouts.placeholder(N, C, H, W, db, "data", dtype)
     U = te.placeholder((m + 2, m + 2, K_out // b, C, b), "weight", dtype)
-    pad = winograd.tile_pad(data, (ph, pw), TH * m + 2, TW * m + 2)
-    _, _, Y = winograd.stages(pad, U, m, db, TH, TW)
+    if transforms:
+        pad = winograd.tile_pad(data, (ph, pw), TH * m + 2, TW * m + 2)
+        Y = winograd.stages(pad, U, m, db, TH, TW)[2]
+    else:
+        Y = te.placeholder((N, K_out // b, TH, TW, m, m, b), "wino_out", dtype)
     out = te.compute((N, K_out // b, OH, OW, b), lambda n, k, y, x, ki: Y[n, k, y // m, x // m, y % m, x % m, ki],
                      name="conv_acc" if has_epilogue(epilogue) else "conv")
     return [data, U, *fused(out, K_out, dtype, epilogue, "conv", b)]
@@ -77,6 +81,11 @@ class WinogradOp(Op):
         w = rng.uniform(-1, 1, (a.K_out, a.C, 3, 3)).astype(dtype)
         out[1] = winograd.transform_weights(w, a.tile, b)
         return out
+
+    def buffers(self, args: dict) -> list[tuple[str, tuple, str]]:
+        # without the transforms' stages, whose expressions take milliseconds to build (planning a network
+        # asks this of every variant it weighs)
+        return [(t.name, tuple(t.shape), t.dtype) for t in self.compute(**args, transforms=False)]
 
     def tolerance(self, args: dict, inputs: list | None = None) -> tuple:
         """The rounding error bound of the transforms and products on `inputs` (required), and the
