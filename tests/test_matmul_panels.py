@@ -238,7 +238,7 @@ def test_a_model_compiled_for_x86_reads_its_constant_matmul_weight_in_panels(tmp
         warnings.simplefilter("ignore")   # no records: default configs
         net = tunekit.compile_model(path, target="x86")
     assert [(n.op, n.args.get("b_panel")) for n in net.graph.nodes] == [("matmul", nv)]
-    assert [kernel.template for _, kernel in net.layers] == ["packed"]
+    assert [kernel.template for kernel in net.kernels] == ["packed"]
     x = rng.standard_normal((32, 48)).astype(np.float32)
     (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     (got,) = net(x)

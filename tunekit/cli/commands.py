@@ -298,8 +298,8 @@ def report(args: argparse.Namespace) -> int:
 
 @command("compile", arg("model", help="model file (.onnx)"),
          arg("-o", "--output", required=True, help="the file to write (model.tk)"),
-         arg("--target", default="x86", help="target: x86 (this CPU; x86:mcpu=NAME for another), arm-cpu "
-             "(cross-linked for aarch64); default x86"),
+         arg("--target", default="x86", help="target: x86 (this CPU) or arm-cpu (cross-linked for aarch64); "
+             "default x86"),
          arg("--database", help="tuning records to use (default: none, every kernel a default config)"),
          arg("--precision", choices=("float32", "bf16"), default="float32", help="as for tunekit run"),
          help="compile a model once into one file that tunekit.runtime runs with numpy alone")

@@ -40,7 +40,7 @@ def load(path: str | os.PathLike) -> Model:
                             "--target ...)")
     if missing := host.missing_features(header["features"]):
         raise ArtifactError(f"{built}; its kernels use CPU features this CPU lacks: {', '.join(missing)}: compile the "
-                            "model on this machine, or for a CPU without them (x86 option mcpu)")
+                            "model on this machine, or for a CPU without them (the x86 target's option mcpu)")
     if any(f.startswith("amx") for f in header["features"]) and (why := host.amx_permission()):
         raise ArtifactError(f"{path}: its kernels use AMX tiles, but {why}")
     try:
