@@ -12,6 +12,8 @@ from tunekit.topi.quantize import dequantize_array, quantize_array
 from .qoperator import as_qdq
 
 REDO = "export the model to ONNX again (e.g. with torch.onnx.export)"
+#: bytes above which an initializer's value is kept apart from the model (`_take_weights`)
+_LARGE = 4096
 #: what is never folded: a value that changes from run to run
 _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
@@ -47,11 +49,33 @@ def load(path: str):
                          f"truncated or in another format); {REDO}")
     try:
         onnx.checker.check_model(model)
-        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(as_qdq(model, path)), path)
+        model = as_qdq(model, path)
+        weights = _take_weights(model)
+        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(model), path, weights)
         return onnx.shape_inference.infer_shapes(model, strict_mode=True), consts, dequantized
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
                          "edited file fails these checks)") from None
+
+
+def _take_weights(model) -> dict[str, np.ndarray]:
+    """The initializers' values by name, the large ones' bytes then left out of `model`: shape
+    inference serializes the model it is given and needs their types and shapes only (BERT-base's
+    440 MB, each time)."""
+    from onnx import numpy_helper
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for t in model.graph.initializer:
+        if values[t.name].nbytes > _LARGE:
+            t.ClearField("raw_data")
+    return values
+
+
+def _initializer(value: np.ndarray, name: str):
+    """An initializer of `value`: its bytes only when it is small (`_take_weights`)."""
+    from onnx import TensorProto, helper, numpy_helper
+    if value.nbytes <= _LARGE:
+        return numpy_helper.from_array(value, name)
+    return TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(value.dtype), dims=value.shape)
 
 
 def constant_value(n, path: str) -> np.ndarray:
@@ -136,15 +160,15 @@ def _reference(n, values: list, opsets) -> list[np.ndarray]:
     return [numpy_helper.to_array(numpy_helper.from_array(np.asarray(v))) for v in got]
 
 
-def fold(model, path: str):
+def fold(model, path: str, weights: dict | None = None):
     """Return `model` with every node computable at load time (its inputs constants, or a Shape
     or Size of a static shape) replaced by initializers, shapes re-inferred until nothing folds,
     its constants as arrays by name (the initializers, the folded values), and the folded
-    DequantizeLinear outputs, each with (quantized, scale, zero point or "", axis)."""
+    DequantizeLinear outputs, each with (quantized, scale, zero point or "", axis). `weights`: the
+    initializers' values, where the model's large ones hold no bytes (`_take_weights`)."""
     import onnx
-    from onnx import numpy_helper
     g = model.graph
-    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}   # read once: weights are large
+    consts = dict(weights) if weights is not None else _take_weights(model)   # read once: weights are large
     dequantized = {}
     while True:
         shapes = _static_shapes(model)
@@ -172,7 +196,7 @@ def fold(model, path: str):
         used = {i for n in keep for i in n.input} | {o.name for o in g.output}
         del g.node[:]
         g.node.extend(keep)
-        g.initializer.extend(numpy_helper.from_array(v, name) for name, v in folded.items() if name in used)
+        g.initializer.extend(_initializer(v, name) for name, v in folded.items() if name in used)
         del g.value_info[:]
         model = onnx.shape_inference.infer_shapes(model)
         g = model.graph
