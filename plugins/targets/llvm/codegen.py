@@ -54,6 +54,7 @@ class Codegen(ExpressionEmitter):
         self.reassoc: ir.Expr | None = None         # the combine op of the current reduction store
         self._unsafe: dict[int, tuple] = {}
         self._names: set[str] = set()
+        self._scalar: dict[int, str | None] = {}    # loop id -> why it stays scalar (an unrolled body is emitted often)
 
     # -- module and functions ---------------------------------------------------
     def generate(self) -> ll.Module:
@@ -182,7 +183,8 @@ class Codegen(ExpressionEmitter):
             parallel.emit(self, s)
         elif s.kind == ir.TENSORIZED:
             tiles.emit(self, s)
-        elif s.kind == ir.VECTORIZED and vectorize.plan(s) is None:
+        elif s.kind == ir.VECTORIZED and (self._scalar[id(s)] if id(s) in self._scalar else
+                                          self._scalar.setdefault(id(s), vectorize.plan(s))) is None:
             vectorize.emit(self, s)
         else:
             ty = value_type(s.var.dtype)
