@@ -101,7 +101,24 @@ def int8_matmul_rows(doc: dict) -> list[list[str]]:
     return rows
 
 
-ROWS = {"e2e": e2e_row, "matmul": matmul_row, "int8_matmul": int8_matmul_rows}
+def deploy_rows(doc: dict) -> list[list[str]]:
+    """A row per network: a fresh process's start to its first output with the saved file against
+    onnxruntime's on the ONNX file; the compile times and the file's size said in its name."""
+    rows = []
+    for net, d in doc["figures"]["nets"].items():
+        c, first = d["compile"], d["start_to_first"]
+        s = lambda t: f"{t['median']:.2f} s ({t['min']:.2f}-{t['max']:.2f})"
+        name = (f"{NETS.get(d['onnx'][:-5], net)}: process start to first output, saved file "
+                f"({d['file_bytes'] / 2**20:.0f} MiB; tunekit compile {c['tunekit compile']['median']:.1f} s, "
+                f"compile_model {c['compile_model']['median']:.1f} s)")
+        rows.append([name, f"tunekit.runtime {s(first['tunekit.runtime'])}",
+                     f"onnxruntime {s(first['onnxruntime'])} (its session alone {s(first['onnxruntime session'])})",
+                     f"{ratio(first['onnxruntime'], first['tunekit.runtime'])} onnxruntime",
+                     f"{d['trials_per_task']} a task"])
+    return rows
+
+
+ROWS = {"e2e": e2e_row, "matmul": matmul_row, "int8_matmul": int8_matmul_rows, "deploy": deploy_rows}
 
 
 def run_line(key: str, doc: dict) -> str:

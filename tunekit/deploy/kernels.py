@@ -21,7 +21,7 @@ from tunekit.plugin.registry import task as make_task
 from tunekit.store.database import Database, TaskKey
 from tunekit.task import Task, TaskSpace, TaskSpec
 
-#: jobs below this many build in this process (starting worker processes costs more)
+#: builds below this many run in this process (starting worker processes costs more)
 _PARALLEL_MIN = 8
 
 _local = threading.local()
@@ -215,22 +215,33 @@ class _Elsewhere:
         return self
 
 
-def build_all(target, jobs: list[tuple[TaskSpace, int, str]]) -> list:
+@contextmanager
+def builders(target, n: int):
+    """The build pool for about `n` builds on `target`, its workers started (None where building in
+    this process is faster: few builds, or one core); closed after the block."""
+    if n < _PARALLEL_MIN or (os.cpu_count() or 1) < 2:
+        yield None
+        return
+    pool = BuildPool(target, timeout_s=600.0)
+    pool.warm()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def build_all(target, jobs: list[tuple[TaskSpace, int, str]], pool: BuildPool | None = None) -> list:
     """Build each (task space, config index, entry name) job on `target`: the artifacts, in order,
-    each kernel named as its job says. Many jobs build in parallel, in the build pool's worker
-    processes (code generation is Python, so one process compiles one kernel at a time).
+    each kernel named as its job says; in `pool`'s worker processes, in parallel, when given
+    (code generation is Python: one process compiles one kernel at a time).
 
     Raises:
         BuildError: a job failed to build (naming its task and config).
     """
-    if len(jobs) < _PARALLEL_MIN or (os.cpu_count() or 1) < 2:
+    if pool is None:
         outcomes = [spawn_build(None, None, index, ts=ts, entry=entry) for ts, index, entry in jobs]
     else:
-        pool = BuildPool(target, timeout_s=600.0)
-        try:
-            outcomes = pool.build_jobs(jobs)
-        finally:
-            pool.close()
+        outcomes = pool.build_jobs(jobs)
     for (ts, index, _), out in zip(jobs, outcomes):
         if out.error is not None:
             raise BuildError(f"{ts.task.name}: config {index} of template {ts.template.name!r} does not build on "

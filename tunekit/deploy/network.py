@@ -9,7 +9,7 @@ from contextlib import closing, nullcontext
 from pathlib import Path
 
 from tunekit._version import __version__
-from tunekit.deploy.kernels import build_all, choice, loaded
+from tunekit.deploy.kernels import build_all, builders, choice, loaded
 from tunekit.deploy.layout import lay_out
 from tunekit.deploy.plan import NetworkPlan, computed, node_error
 from tunekit.errors import ArgumentError, ModelError, TunekitError
@@ -82,7 +82,9 @@ class CompiledModel(Model):
 
     def __init__(self, graph: Graph, target, database: str | None = None, passes: Sequence[str] | None = None,
                  precision: str = "float32"):
-        with closing(Database(database, readonly=True)) if database else nullcontext() as db:
+        # the build workers start while the graph is planned (about as many kernels as nodes, or fewer)
+        with closing(Database(database, readonly=True)) if database else nullcontext() as db, \
+                builders(target, len(graph.nodes)) as pool:
             plan = NetworkPlan(graph, target, db, passes, precision)
             self.graph, self.target = plan.compiled(), target
             keys: dict[str, int] = {}   # one kernel per distinct (fused) task
@@ -92,11 +94,10 @@ class CompiledModel(Model):
                     keys[task.key] = len(chosen)
                     best = plan.best(task)
                     chosen.append((*choice(task, target, best), best is not None))
-        # the kernels' entry names: distinct, as one library holds them all when the model is saved
-        symbols = [f"tk{k}_{ts.task.op.name}" for k, (ts, _, _) in enumerate(chosen)]
-        self.kernels = [loaded(target, ts, index, art, tuned) for (ts, index, tuned), art
-                        in zip(chosen, build_all(target, [(ts, index, sym) for (ts, index, _), sym
-                                                          in zip(chosen, symbols)]))]
+            # the kernels' entry names: distinct, as one library holds them all when the model is saved
+            symbols = [f"tk{k}_{ts.task.op.name}" for k, (ts, _, _) in enumerate(chosen)]
+            artifacts = build_all(target, [(ts, index, sym) for (ts, index, _), sym in zip(chosen, symbols)], pool)
+        self.kernels = [loaded(target, ts, index, art, tuned) for (ts, index, tuned), art in zip(chosen, artifacts)]
         self.fallback = sorted({k.task.anchor().name for k in self.kernels if not k.tuned})
         if self.fallback:
             n = len({k.task.anchor().name for k in self.kernels})

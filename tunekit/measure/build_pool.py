@@ -7,7 +7,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, TimeoutError, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from tunekit.measure.spawn import build, features, init_worker, main_not_reimported, spawnable, spawning
+from tunekit.measure.spawn import build, features, init_worker, main_not_reimported, spawnable, spawning, warm
 from tunekit.records import BUILD_ERROR, BUILD_TIMEOUT, Outcome
 
 _WORKER_MEMORY = 8 << 30   # address-space cap of a build worker: a runaway build fails alone
@@ -62,6 +62,11 @@ class BuildPool:
             except BrokenProcessPool:
                 self._kill()
         raise BrokenProcessPool("the build pool broke twice while starting")
+
+    def warm(self) -> None:
+        """Start the workers now, each making the target (they import while the caller works on)."""
+        if not self.inline:
+            self._submit([(warm, self.spec)] * self.workers)
 
     def build(self, ts, indices: list[int]) -> list[Outcome]:
         """Lower and compile configs `indices` of task space `ts`: one Outcome each

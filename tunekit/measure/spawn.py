@@ -33,6 +33,12 @@ def make_target(spec: tuple[str, str]):
     return t
 
 
+def warm(target_spec) -> None:
+    """Make the target and describe its device (its plugin and compiler imported), so that the
+    builds that follow in this worker start at once."""
+    make_target(target_spec).device()
+
+
 def task_space(target_spec, task_spec: TaskSpec):
     key = (target_spec, task_spec)
     ts = _SPACES.get(key)
