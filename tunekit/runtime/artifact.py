@@ -46,20 +46,20 @@ def write(path: str, header: dict, library: bytes, weights: Sequence[np.ndarray]
         library: the kernels' shared library.
         weights: the weights, in the plan's weight order (C-contiguous arrays).
     """
-    places, end = [], 0
-    for w in weights:
-        places.append([_up(end, _ALIGN), w.nbytes])
-        end = places[-1][0] + w.nbytes
-    blob = np.zeros(end, np.uint8)
-    for w, (off, n) in zip(weights, places):
-        blob[off:off + n] = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
-    sections = {"library": bytes(library), "weights": blob}
+    places, end, crc = [], 0, 0
+    parts = [memoryview(np.ascontiguousarray(w).reshape(-1).view(np.uint8)) for w in weights]
+    for part in parts:   # each weight at the next 64-byte boundary, zeros between
+        at = _up(end, _ALIGN)
+        crc = zlib.crc32(part, zlib.crc32(bytes(at - end), crc))
+        places.append([at, part.nbytes])
+        end = at + part.nbytes
+    sizes = {"library": (len(library), zlib.crc32(library)), "weights": (end, crc)}
 
     def encoded(start: int) -> tuple[bytes, dict]:
         where, at = {}, start
-        for name, data in sections.items():
-            where[name] = {"offset": _up(at, _PAGE), "nbytes": len(data), "crc32": zlib.crc32(data)}
-            at = where[name]["offset"] + len(data)
+        for name, (nbytes, crc) in sizes.items():
+            where[name] = {"offset": _up(at, _PAGE), "nbytes": nbytes, "crc32": crc}
+            at = where[name]["offset"] + nbytes
         text = json.dumps({**header, "format": FORMAT, "sections": where, "weights": places}, sort_keys=True)
         return text.encode(), where
 
@@ -70,9 +70,12 @@ def write(path: str, header: dict, library: bytes, weights: Sequence[np.ndarray]
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(_PREFIX.pack(MAGIC, FORMAT, zlib.crc32(text), len(text), 0) + text)
-        for name, data in sections.items():
-            f.seek(where[name]["offset"])
-            f.write(data)
+        f.seek(where["library"]["offset"])
+        f.write(library)
+        for part, (off, _) in zip(parts, places):
+            f.seek(where["weights"]["offset"] + off)
+            f.write(part)
+        f.truncate(where["weights"]["offset"] + end)   # a trailing gap, zeros
     os.replace(tmp, path)
 
 

@@ -47,10 +47,10 @@ def load(path: str):
     if not model.ir_version:   # protobuf decodes some other files to an empty model
         raise ModelError(f"{path}: not an ONNX model: it holds no ONNX version or graph (the file is corrupt, "
                          f"truncated or in another format); {REDO}")
+    weights = _take_weights(model, path)
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_checkable(model, weights))
         model = as_qdq(model, path)
-        weights = _take_weights(model)
         model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(model), path, weights)
         return onnx.shape_inference.infer_shapes(model, strict_mode=True), consts, dequantized
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
@@ -58,16 +58,37 @@ def load(path: str):
                          "edited file fails these checks)") from None
 
 
-def _take_weights(model) -> dict[str, np.ndarray]:
-    """The initializers' values by name, the large ones' bytes then left out of `model`: shape
-    inference serializes the model it is given and needs their types and shapes only (BERT-base's
-    440 MB, each time)."""
+def _take_weights(model, path: str) -> dict[str, np.ndarray]:
+    """The initializers' values by name, the large ones' bytes then left out of `model`: onnx's checker
+    and shape inference serialize the model they are given, and need their types and shapes only
+    (BERT-base's 440 MB, each time)."""
     from onnx import numpy_helper
-    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    values = {}
     for t in model.graph.initializer:
+        try:
+            values[t.name] = numpy_helper.to_array(t)
+        except Exception as e:   # bytes that do not make the shape it says: a damaged file
+            raise ModelError(f"{path}: not a valid ONNX model: initializer {t.name!r} does not hold a tensor of "
+                             f"its shape ({type(e).__name__}: {e}); {REDO}") from None
         if values[t.name].nbytes > _LARGE:
             t.ClearField("raw_data")
     return values
+
+
+def _checkable(model, weights: dict):
+    """A copy of `model` for onnx's checker: the initializers `_take_weights` emptied as graph inputs
+    of their type and shape (the checker wants an initializer's bytes; numpy read them already)."""
+    from onnx import ModelProto, helper
+    light = ModelProto()
+    light.CopyFrom(model)   # cheap: the large bytes are gone
+    g, inputs = light.graph, {v.name for v in light.graph.input}
+    gone = [t for t in g.initializer if weights[t.name].nbytes > _LARGE]
+    kept = [t for t in g.initializer if weights[t.name].nbytes <= _LARGE]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    g.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in gone
+                   if t.name not in inputs)
+    return light
 
 
 def _initializer(value: np.ndarray, name: str):
@@ -168,7 +189,7 @@ def fold(model, path: str, weights: dict | None = None):
     initializers' values, where the model's large ones hold no bytes (`_take_weights`)."""
     import onnx
     g = model.graph
-    consts = dict(weights) if weights is not None else _take_weights(model)   # read once: weights are large
+    consts = dict(weights) if weights is not None else _take_weights(model, path)   # read once: weights are large
     dequantized = {}
     while True:
         shapes = _static_shapes(model)

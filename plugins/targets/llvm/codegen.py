@@ -54,7 +54,9 @@ class Codegen(ExpressionEmitter):
         self.reassoc: ir.Expr | None = None         # the combine op of the current reduction store
         self._unsafe: dict[int, tuple] = {}
         self._names: set[str] = set()
-        self._scalar: dict[int, str | None] = {}    # loop id -> why it stays scalar (an unrolled body is emitted often)
+        # an unrolled body is emitted many times: of each vectorized loop in it, what is known of it
+        self._scalar: dict[int, str | None] = {}    # loop id -> why it stays scalar
+        self.lanes: dict[int, dict] = {}            # loop id -> which of its expressions vary (`Lane`)
 
     # -- module and functions ---------------------------------------------------
     def generate(self) -> ll.Module:

@@ -85,8 +85,7 @@ class ExpressionEmitter(DotEmitter):
         raise BuildError(f"{self.program.name}: llvm codegen cannot handle expression {type(e).__name__} ({e!r})")
 
     def const(self, value, dtype: str) -> ll.Value:
-        t = value_type(dtype)
-        return t(float(value) if is_float(dtype) else int(value))
+        return ll.Constant(value_type(dtype), float(value) if is_float(dtype) else int(value))
 
     def typed(self, e: ir.Expr, dtype: str) -> ll.Value:
         """`e` as a value of `dtype` (operands of mixed int widths take the result's)."""
@@ -169,9 +168,9 @@ class ExpressionEmitter(DotEmitter):
     def cast(self, v: ll.Value, src: str, dst: str) -> ll.Value:
         b = self.b
         st, dt = value_type(src), value_type(dst)
-        to = self.retype(v.type, dt)
         if st == dt:
             return v
+        to = self.retype(v.type, dt)
         if dst == "bool":
             zero = ll.Constant(v.type, None)
             return b.fcmp_unordered("!=", v, zero) if is_float(src) else b.icmp_unsigned("!=", v, zero)

@@ -2,6 +2,7 @@
 up-front check that rejects programs a CPU cannot run (GPU constructs)."""
 from __future__ import annotations
 
+import functools
 import re
 
 from llvmlite import ir as ll
@@ -26,6 +27,7 @@ def is_unsigned(dtype: str) -> bool:
     return dtype.startswith("uint")
 
 
+@functools.cache
 def value_type(dtype: str) -> ll.Type:
     """The LLVM type of a value of `dtype` (bool is i1)."""
     if dtype == "bool":

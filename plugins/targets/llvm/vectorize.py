@@ -26,37 +26,40 @@ MAX_LANES = 64
 class Lane:
     """The vectorized loop being emitted: its variable, lane count and active mask."""
 
-    def __init__(self, var: ir.Var, n: int):
+    def __init__(self, var: ir.Var, n: int, dep: dict | None = None):
         self.var, self.n = var, n
         self.mask: ll.Value | None = None
-        self._dep: dict[int, tuple] = {}
+        #: id(expression) -> (it, whether it varies); the code generator keeps one per loop for all its emissions
+        self._dep: dict[int, tuple] = {} if dep is None else dep
 
     def depends(self, e: ir.Expr) -> bool:
         """Whether `e` varies across lanes."""
         hit = self._dep.get(id(e))
         if hit is None or hit[0] is not e:
-            hit = self._dep[id(e)] = (e, self.var in ir.free_vars(e))
+            varies = e is self.var if isinstance(e, ir.Var) else any([self.depends(c) for c in ir.children(e)])
+            hit = self._dep[id(e)] = (e, varies)
         return hit[1]
 
     def ramp(self) -> ll.Constant:
         return ll.Constant(ll.VectorType(value_type(self.var.dtype), self.n), list(range(self.n)))
 
 
-def lane_coef(e: ir.Expr, var: ir.Var) -> tuple[int, ir.Expr] | None:
-    """Write `e` as `c * var + rest` with `rest` free of `var`; None if it is not affine in `var`."""
-    if var not in ir.free_vars(e):
+def lane_coef(e: ir.Expr, var: ir.Var, lane: Lane | None = None) -> tuple[int, ir.Expr] | None:
+    """Write `e` as `c * var + rest` with `rest` free of `var`; None if it is not affine in `var`
+    (`lane`: the loop of `var` being emitted, which knows what varies)."""
+    if not (lane.depends(e) if lane is not None else var in ir.free_vars(e)):
         return 0, e
     if e is var:
         return 1, ir.const(0, e.dtype)
     if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
-        a, b = lane_coef(e.a, var), lane_coef(e.b, var)
+        a, b = lane_coef(e.a, var, lane), lane_coef(e.b, var, lane)
         if a is None or b is None:
             return None
         return (a[0] + b[0], a[1] + b[1]) if e.op == "+" else (a[0] - b[0], a[1] - b[1])
     if isinstance(e, ir.BinOp) and e.op == "*":
         for x, k in ((e.a, e.b), (e.b, e.a)):
             if isinstance(k, ir.Const):
-                inner = lane_coef(x, var)
+                inner = lane_coef(x, var, lane)
                 return None if inner is None else (inner[0] * int(k.value), inner[1] * k)
     return None
 
@@ -132,7 +135,7 @@ def plan(loop: ir.For) -> str | None:
 
 
 def emit(cg, loop: ir.For) -> None:
-    cg.lane = Lane(loop.var, loop.extent)
+    cg.lane = Lane(loop.var, loop.extent, cg.lanes.setdefault(id(loop), {}))
     try:
         cg.stmt(loop.body)
     finally:
@@ -190,7 +193,7 @@ def load(cg, e: ir.Load) -> ll.Value:
     lane, b = cg.lane, cg.b
     ety, align = mem_type(e.dtype), elem_bytes(e.dtype)
     vt = ll.VectorType(ety, lane.n)
-    lc = lane_coef(e.index, lane.var) if lane.depends(e.index) else (0, e.index)
+    lc = lane_coef(e.index, lane.var, lane)
     if lc is not None and lc[0] == 0 and lane.mask is None:
         ptr = cg.element_ptr(e.buffer, cg.index(e.index))
         return cg.from_mem(b.load(ptr, typ=ety, align=align), e.dtype)
@@ -218,7 +221,7 @@ def store(cg, s: ir.Store) -> None:
     val = cg.to_mem(cg.typed(s.value, s.buffer.dtype), s.buffer.dtype)
     if not isinstance(val.type, ll.VectorType):
         val = cg.splat(val, lane.n)
-    c, rest = lane_coef(s.index, lane.var)      # plan() made sure c != 0
+    c, rest = lane_coef(s.index, lane.var, lane)      # plan() made sure c != 0
     if c == 1:
         ptr = cg.element_ptr(s.buffer, cg.index(rest))
         if lane.mask is None:
