@@ -107,7 +107,6 @@ class CompiledModel(Model):
         layout, weights = lay_out(self.graph, self.kernels, symbols,
                                   [keys[plan.task(node).key] for node in self.graph.nodes])
         super().__init__(layout, [w.reshape(-1).view("uint8") for w in weights], [k.bind for k in self.kernels])
-        self._weight_arrays = weights
 
     def save(self, path: str) -> None:
         """Write the model to `path` as one file that `tunekit.runtime.load` runs with numpy alone
@@ -118,11 +117,10 @@ class CompiledModel(Model):
             BuildError: the target's kernels cannot be linked (not a CPU target, no linker).
         """
         library = self.target.link([k.artifact for k in self.kernels])
-        cpu = getattr(self.target, "cpu_features", lambda: ("", ""))()[0]
         header = {"tunekit": __version__, "target": self.target.name, "options": self.target.options.model_dump(),
-                  "machine": library.machine, "cpu": cpu, "features": list(library.features),
+                  "machine": library.machine, "cpu": self.target.device().name, "features": list(library.features),
                   "source": Path(self.graph.source).name if self.graph.source else "", "plan": self.plan}
-        artifact.write(str(path), json.loads(json.dumps(header)), library.data, self._weight_arrays)
+        artifact.write(str(path), json.loads(json.dumps(header)), library.data, self._weights)
 
 
 def compile_model(path: str, target="x86", database: str | None = None,

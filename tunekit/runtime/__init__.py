@@ -10,7 +10,6 @@ The bottom layer of tunekit: it imports nothing of tunekit but `errors` and `mem
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 
 import numpy as np
@@ -64,13 +63,10 @@ def _binder(lib: ctypes.CDLL, kernel: dict, path: str):
         raise ArtifactError(f"{path}: corrupt: its library has no kernel {kernel['symbol']!r}") from None
     params = [(tuple(shape), np.dtype(dtype)) for _, shape, dtype in kernel["params"]]
     cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(params))(address)
-    data = host.data_pointer()
 
     def bind(*arrays: np.ndarray):
         if [(a.shape, a.dtype) for a in arrays] != params or not all(a.flags.c_contiguous for a in arrays):
             raise PlanError(f"{path}: the plan calls {kernel['symbol']} with arrays "
                             f"{[(list(a.shape), str(a.dtype)) for a in arrays]}, not its parameters {kernel['params']}")
-        call = functools.partial(cfunc, *(ctypes.c_void_p(data(a)) for a in arrays))
-        call.arrays = arrays   # the memory lives as long as the call does
-        return call
+        return host.bound(cfunc, arrays)
     return bind

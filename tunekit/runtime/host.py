@@ -83,6 +83,15 @@ def amx_permission() -> str | None:
     return None
 
 
+def bound(cfunc, arrays) -> Callable[[], None]:
+    """A call of the C function `cfunc` on the data addresses of `arrays` (checked by the caller),
+    which keeps the arrays alive as long as it lives."""
+    data = data_pointer()
+    call = functools.partial(cfunc, *(ctypes.c_void_p(data(a)) for a in arrays))
+    call.arrays = arrays
+    return call
+
+
 @functools.cache
 def data_pointer() -> Callable[[np.ndarray], int]:
     """The fastest way to an array's data address: read PyArrayObject.data (right after

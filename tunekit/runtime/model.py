@@ -31,6 +31,7 @@ class Model:
     Attributes:
         inputs: {name: (shape, dtype)}, in the model's order.
         input_bounds: {name: bound} of integer inputs that index a table (token ids are below it).
+        output_names: the names of the outputs a call returns, in order.
         peak_bytes: bytes of the activation buffers (weights apart), reused across layers.
         weight_bytes: bytes of the weights it holds (in the layouts its kernels read).
     """

@@ -4,14 +4,13 @@ Shared by MCJIT-loaded kernels (cpu.py) and emulated ones (qemu.py)."""
 from __future__ import annotations
 
 import ctypes
-import functools
 from collections.abc import Callable
 
 import numpy as np
 
 import tunekit
 from tunekit.errors import TunekitError
-from tunekit.runtime.host import data_pointer
+from tunekit.runtime.host import bound, data_pointer
 
 
 class KernelArgumentError(TunekitError, ValueError):
@@ -62,9 +61,7 @@ def call_kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., 
 
     def bind(*arrays: np.ndarray) -> Callable[[], None]:
         check_arguments(entry, ps, arrays)
-        call = functools.partial(cfunc, *(ctypes.c_void_p(data(a)) for a in arrays))
-        call.arrays = arrays   # the memory lives as long as the call does
-        return call
+        return bound(cfunc, arrays)
 
     kernel.bind = bind
     kernel.engine = engine   # the code lives as long as the engine does
