@@ -40,6 +40,7 @@ import weakref
 import numpy as np
 
 from tunekit import ir
+from tunekit.ir.sizes import upper
 from tunekit.errors import TunekitError
 
 __all__ = ["FLATTEN_BUFFER_COLUMNS", "FLATTEN_LOOP_COLUMNS", "KINDS", "PROGRAM_KINDS", "RELATION_BUFFERS", "LoopNest",
@@ -129,7 +130,7 @@ class LoopNest:
     def _walk(self, s, path: tuple) -> None:
         if isinstance(s, ir.For):
             k = len(self.extent)
-            self.extent.append(max(1, int(s.extent)))
+            self.extent.append(max(1, upper(s.extent)))   # a symbolic loop at its largest
             self.kind.append(ANNOTATIONS.index(s.kind) if s.kind in ANNOTATIONS else 0)
             self.depth.append(len(path))
             self.parent.append(path[-1] if path else -1)

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from . import nodes as n
+from . import sizes as sizes_mod
 from .printer import Printer
 from .visitor import Visitor
 
@@ -32,7 +33,7 @@ class _PyPrinter(Printer):
             return self._threads(s, ind, out)
         if isinstance(s, n.Allocate) and s.buffer.scope == "shared" and self.in_threads:
             return self.stmt(s.body, ind, out)      # allocated per block, before the threads
-        if isinstance(s, n.For) and s.extent == 1 and s.kind != n.THREAD:
+        if isinstance(s, n.For) and isinstance(s.extent, int) and s.extent == 1 and s.kind != n.THREAD:
             # no block for a one-iteration loop: Python allows only 20 nested blocks
             out.append(f"{'  ' * ind}{self.name(s.var)} = 0")
             return self.stmt(s.body, ind, out)
@@ -47,7 +48,7 @@ class _PyPrinter(Printer):
         while isinstance(body, n.For) and body.kind == n.THREAD and (body.tag or "").startswith("threadIdx"):
             loops.append(body)
             body = body.body
-        out += [f"{pad}{self.name(b)} = [0] * {b.size}" for b in _shared_buffers(body)]
+        out += [f"{pad}{self.name(b)} = [0] * {self.extent(b.size)}" for b in _shared_buffers(body)]
         fn = f"_thread{len(out)}"
         args = ", ".join(self.name(lp.var) for lp in loops)
         out.append(f"{pad}def {fn}({args}):")
@@ -55,7 +56,7 @@ class _PyPrinter(Printer):
         self.stmt(body, ind + 1, out)
         self.in_threads = False
         out.append(f"{pad}  yield")
-        ranges = " ".join(f"for {self.name(lp.var)} in range({lp.extent})" for lp in loops)
+        ranges = " ".join(f"for {self.name(lp.var)} in range({self.extent(lp.extent)})" for lp in loops)
         out.append(f"{pad}_run_threads([{fn}({args}) {ranges}])")
 
 
@@ -113,20 +114,23 @@ def dot4_u8s8(a, b):
 def compile_python(program: n.Program) -> str:
     """Return the Python source the interpreter runs for `program`."""
     pr = _PyPrinter()
-    args = ", ".join(pr.name(b) for b in program.params)
+    args = ", ".join([pr.name(b) for b in program.params] + [pr.name(v) for v in program.sizes])
     lines: list[str] = []
     pr.stmt(program.body, 1, lines)
     return f"def kernel({args}):\n" + ("\n".join(lines) or "  pass") + "\n"
 
 
 def run(program: n.Program, *arrays: np.ndarray) -> None:
-    """Execute `program` on numpy arrays (params order), writing outputs in place."""
+    """Execute `program` on numpy arrays (params order), writing outputs in place; its sizes are
+    read from the arrays' shapes."""
     if len(arrays) != len(program.params):
         raise ValueError(f"{program.name} takes {len(program.params)} arrays, got {len(arrays)}")
+    sizes = sizes_mod.bind(program.name, [[sizes_mod.dim_data(d) for d in b.shape] for b in program.params],
+                           [a.shape for a in arrays], {v.name: (v.lo, v.hi) for v in program.sizes})
     ns = {"math": math, "_fma": _fma, "_rint": lambda x: float(round(x)), "_dot4_u8s8": dot4_u8s8, "_bf16x2": bf16x2,
           "_dot2_bf16": dot2_bf16, "inf": math.inf, "nan": math.nan, "_run_threads": _run_threads}
     exec(compile(compile_python(program), f"<tunekit.ir.interp {program.name}>", "exec"), ns)
     lists = [np.ravel(a).tolist() for a in arrays]
-    ns["kernel"](*lists)
+    ns["kernel"](*lists, *(sizes[v.name] for v in program.sizes))
     for a, vals in zip(arrays, lists):
         a[...] = np.asarray(vals, dtype=a.dtype).reshape(a.shape)

@@ -14,12 +14,14 @@ What a code generator can rely on:
   unless both operands are known non-negative. `/` on integers is built as `//`;
   a `BinOp` with op "/" is always a float division.
 - A `For` runs `var` over `range(extent)`, starting at 0; `extent` is a Python
-  int (never an expression: lowering has evaluated every bound).
+  int, or an index expression of the program's `sizes` (`tunekit.ir.sizes`): never of
+  loop variables. Vectorized, unrolled and tensorized loops have int extents.
 - `Select` must not perform the loads of the side not taken; `IfThenElse` guards
   tails of uneven splits and padding.
 - A `Program`'s `params` are the kernel's buffers in call order (the op's inputs,
   then its outputs), each a flat, C-contiguous, row-major array of `Buffer.dtype`
-  with `Buffer.shape`; the kernel writes outputs in place and returns nothing. A
+  with `Buffer.shape` (whose dimensions may be products of sizes); its `sizes`, the
+  symbolic sizes it reads, follow them as int64 arguments in that order; the kernel writes outputs in place and returns nothing. A
   CPU kernel receives one pointer per param, aligned to 64 bytes when the caller
   uses `tunekit.empty` (the runner always does). `Allocate` scopes say where
   temporaries live ("global": heap or stack, "shared": GPU block memory,
@@ -29,11 +31,10 @@ What a code generator can rely on:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-VERSION = 1
+VERSION = 2   # 2: symbolic sizes (For extents and parameter shapes of SizeVars, Program.sizes)
 
 INDEX = "int64"
 
@@ -147,8 +148,12 @@ class Buffer:
     scope: str = "global"
 
     @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    def size(self):
+        """The number of elements: an int, or an expression of sizes."""
+        out = 1
+        for d in self.shape:
+            out = out * d
+        return out
 
     __hash__ = object.__hash__
 
@@ -175,7 +180,7 @@ class For(Stmt):
     "blockIdx.x", "threadIdx.y", "vthread") | tensorized (the nest from here inward runs as the
     target's instruction `tag`, e.g. "amx"; as plain loops where nothing knows it). The loop starts at 0."""
     var: Var
-    extent: int
+    extent: Any      # int, or an index expression of sizes
     kind: str
     body: Stmt
     tag: str | None = None
@@ -216,11 +221,13 @@ class Barrier(Stmt):
 
 @dataclass(eq=False, repr=False)
 class Program:
-    """A kernel: `params` are its buffers in call order (op inputs, then outputs)."""
+    """A kernel: `params` are its buffers in call order (op inputs, then outputs), `sizes` the
+    symbolic sizes (`SizeVar`s) its shapes and loops read, passed after them."""
     name: str
     params: list
     body: Stmt
     attrs: dict = field(default_factory=dict)
+    sizes: list = field(default_factory=list)
 
     def __repr__(self) -> str:
         from .printer import program_str

@@ -69,6 +69,9 @@ class Printer:
             return f"{self.name(e.buffer)}[{self.expr(e.index)}]"
         raise TypeError(f"not an expression: {type(e).__name__}")
 
+    def extent(self, e) -> str:
+        return self.expr(e) if isinstance(e, n.Expr) else str(e)
+
     def stmt(self, s: n.Stmt, ind: int, out: list[str]) -> None:
         pad = "  " * ind
         if isinstance(s, n.Seq):
@@ -78,13 +81,13 @@ class Printer:
             tag = ""
             if s.kind != n.SERIAL and not self.python:
                 tag = f"  # {s.kind}" + (f" {s.tag}" if s.tag else "")
-            out.append(f"{pad}for {self.name(s.var)} in range({s.extent}):{tag}")
+            out.append(f"{pad}for {self.name(s.var)} in range({self.extent(s.extent)}):{tag}")
             self.stmt(s.body, ind + 1, out)
         elif isinstance(s, n.Store):
             out.append(f"{pad}{self.name(s.buffer)}[{self.expr(s.index)}] = {self.expr(s.value)}")
         elif isinstance(s, n.Allocate):
             b = s.buffer
-            out.append(f"{pad}{self.name(b)} = " + (f"[0] * {b.size}" if self.python else
+            out.append(f"{pad}{self.name(b)} = " + (f"[0] * {self.extent(b.size)}" if self.python else
                                                     f"alloc({b.dtype}, {list(b.shape)}, scope={b.scope!r})"))
             self.stmt(s.body, ind, out)
         elif isinstance(s, n.IfThenElse):
@@ -111,7 +114,8 @@ def stmt_str(s: n.Stmt, indent: int = 0) -> str:
 
 def program_str(p: n.Program) -> str:
     pr = Printer()
-    sig = ", ".join(f"{pr.name(b)}: {b.dtype}{list(b.shape)}" for b in p.params)
+    sig = ", ".join([f"{pr.name(b)}: {b.dtype}[{', '.join(map(pr.extent, b.shape))}]" for b in p.params]
+                    + [f"{pr.name(v)}: {v.lo}..{v.hi}" for v in p.sizes])
     out: list[str] = []
     pr.stmt(p.body, 1, out)
     return f"def {p.name}({sig}):\n" + "\n".join(out)

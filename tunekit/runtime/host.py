@@ -83,11 +83,11 @@ def amx_permission() -> str | None:
     return None
 
 
-def bound(cfunc, arrays) -> Callable[[], None]:
-    """A call of the C function `cfunc` on the data addresses of `arrays` (checked by the caller),
-    which keeps the arrays alive as long as it lives."""
+def bound(cfunc, arrays, sizes=()) -> Callable[[], None]:
+    """A call of the C function `cfunc` on the data addresses of `arrays` (checked by the caller)
+    and the int64 `sizes`, which keeps the arrays alive as long as it lives."""
     data = data_pointer()
-    call = functools.partial(cfunc, *(ctypes.c_void_p(data(a)) for a in arrays))
+    call = functools.partial(cfunc, *(ctypes.c_void_p(data(a)) for a in arrays), *map(ctypes.c_int64, sizes))
     call.arrays = arrays
     return call
 

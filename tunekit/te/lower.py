@@ -5,6 +5,9 @@ the value of every original axis; tails of uneven splits are guarded. A stage
 attached with compute_at is placed inside its consumer's loop and computes only
 the region that loop needs (bound inference), in a buffer of that size.
 Reductions get their initialization just above their first reduction loop.
+
+An extent may be symbolic (an expression of `ir.SizeVar`s): loops run over it, and the
+analysis (regions, buffer sizes, index proofs) uses its largest value, `upper`.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import ScheduleError
+from ..ir.sizes import interval, sizes_of, upper
 from . import bound
 from .schedule import Schedule, Split, Stage
 from .tensor import REDUCE, Reduce, Tensor
@@ -38,7 +42,8 @@ class _Lowering:
         self.inline = {s.op for s in sch.stages if s.attach == "inline"}
         self.stage_of = {s.op.output: s for s in self.stages}
         self.buffers: dict[Tensor, ir.Buffer] = {t: ir.Buffer(t.name, t.shape, t.dtype) for t in args}
-        self.ext: dict = {}
+        self.ext: dict = {}      # loop var -> its extent, as emitted (int, or an expression of sizes)
+        self.hi: dict = {}       # loop var -> the largest value of its extent (what the analysis uses)
         self.values: dict[Stage, dict] = {}
         self.root_min: dict[Stage, list[dict]] = {}
         self.root_ext: dict[Stage, list[int]] = {}
@@ -70,18 +75,20 @@ class _Lowering:
             loads = [] if q is s else _loads_of(self.bodies[q], t)
             if loads:   # a reader of t (inferred already: readers come later)
                 vals = self._root_values(q)
-                accesses += [[bound.simplify(ir.substitute(i, vals), self.ext) for i in load.indices] for load in loads]
+                accesses += [[bound.simplify(ir.substitute(i, vals), self.hi) for i in load.indices] for load in loads]
+        fixed |= set(sizes_of(*accesses))   # a kernel's sizes are fixed for all of it
         mins, exts, guards = [], [], []
         for d, size in enumerate(t.shape):
-            rng = [bound.access_range(a[d], {v: self.ext[v] for v in ir.free_vars(a[d]) if v not in fixed}, fixed)
+            rng = [bound.access_range(a[d], {v: self.hi[v] for v in ir.free_vars(a[d])
+                                             if v not in fixed and v in self.hi}, fixed)
                    for a in accesses]
             start, extent = _union(rng)
-            if start is None or extent >= size:
+            if start is None or extent >= upper(size):
                 mins.append({None: 0}), exts.append(size), guards.append(False)
                 continue
-            hi = bound.max_value(start, self.ext)
+            hi = bound.max_value(start, self.hi)
             mins.append(start), exts.append(extent)
-            guards.append(hi is None or hi + extent > size)
+            guards.append(hi is None or hi + extent > interval(size)[0])
         return mins, exts, guards
 
     def _tag(self, v):
@@ -98,23 +105,23 @@ class _Lowering:
         else:
             mins, exts, rguards = self._region(s)
         self.root_min[s], self.root_ext[s] = mins, exts
-        for a, e in zip(op.axis, exts):
-            self.ext[a] = e
-        for a in op.reduce_axis:
-            self.ext[a] = a.extent
+        ext, hi = self.ext, self.hi
+        for a, e in [*zip(op.axis, exts), *((a, a.extent) for a in op.reduce_axis)]:
+            ext[a], hi[a] = e, upper(e)
         for r in s.relations:
             if isinstance(r, Split):
-                self.ext[r.inner] = min(r.factor, self.ext[r.parent])
-                self.ext[r.outer] = -(-self.ext[r.parent] // self.ext[r.inner])
+                ext[r.inner] = hi[r.inner] = min(r.factor, hi[r.parent])
+                ext[r.outer] = (ext[r.parent] + (ext[r.inner] - 1)) // ext[r.inner]
+                hi[r.outer] = -(-hi[r.parent] // hi[r.inner])
             else:
-                self.ext[r.fused] = self.ext[r.outer] * self.ext[r.inner]
+                ext[r.fused], hi[r.fused] = ext[r.outer] * ext[r.inner], hi[r.outer] * hi[r.inner]
         vals = {iv: iv for iv in s.leaf}
         guards = []
         for r in reversed(s.relations):
             if isinstance(r, Split):
                 f = self.ext[r.inner]
                 vals[r.parent] = vals[r.outer] * f + vals[r.inner]
-                if self.ext[r.parent] % f:
+                if isinstance(ext[r.parent], ir.Expr) or ext[r.parent] % f:
                     guards.append(_simplify(vals[r.parent]) < self.ext[r.parent])
             else:
                 vals[r.outer] = vals[r.fused] // self.ext[r.inner]
@@ -132,11 +139,11 @@ class _Lowering:
         if s is not None and s.attach is not None:
             indices = [i - bound.to_expr(m) for i, m in zip(indices, self.root_min[s])]
         buf = self.buffers[t]
-        return _flat(indices, buf.shape, self.ext)
+        return _flat(indices, buf.shape, self.hi)
 
     def _translate(self, expr, vals) -> ir.Expr:
         # conditions (padding masks) index like loads: simplify their div/mod too
-        return bound.simplify(_Loads(self).visit(ir.substitute(expr, vals)), self.ext)
+        return bound.simplify(_Loads(self).visit(ir.substitute(expr, vals)), self.hi)
 
     def nest(self, s: Stage, tags: dict) -> ir.Stmt:
         op, out = s.op, s.op.output
@@ -170,11 +177,11 @@ class _Lowering:
             kind, tag = s.annotations.get(iv, (ir.SERIAL, None))
             if tag is not None and tag != "vthread" and tag in tags and tags[tag][0] is not iv:
                 var, ext = tags[tag]
-                if self.ext[iv] > ext:
-                    raise ScheduleError(f"{op.name}: {iv.name} bound to {tag} needs {self.ext[iv]} threads, "
+                if self.hi[iv] > ext:
+                    raise ScheduleError(f"{op.name}: {iv.name} bound to {tag} needs {self.hi[iv]} threads, "
                                         f"the enclosing launch has {ext}")
                 body = ir.substitute(body, {iv: var})
-                return body if self.ext[iv] == ext else ir.IfThenElse(var < self.ext[iv], body)
+                return body if self.ext[iv] == ext and isinstance(self.ext[iv], int) else ir.IfThenElse(var < self.ext[iv], body)
             loop = ir.For(iv, self.ext[iv], kind, body, tag)
             if with_children and level == first_red and init is not None:
                 init_ivs = [v for v in leaves[level + 1:] if v.kind != REDUCE]
@@ -187,7 +194,7 @@ class _Lowering:
         for iv in leaves:
             kind, tag = s.annotations.get(iv, (ir.SERIAL, None))
             if kind == ir.THREAD and tag != "vthread" and tag not in tags:
-                inner_tags[tag] = (iv, self.ext[iv])
+                inner_tags[tag] = (iv, self.hi[iv])
         stmt = build(leaves, 0, main, guards, inner_tags, True)
         if init is not None and first_red is None:   # reduction over nothing
             stmt = ir.seq(build(leaves, 0, init, guards, inner_tags, False), stmt)
@@ -215,11 +222,11 @@ class _Lowering:
             t = s.op.output
             if t in self.buffers:
                 continue
-            if s.attach is None:
-                self.buffers[t] = ir.Buffer(t.name, t.shape, t.dtype, s.scope)
+            if s.attach is None:   # a temporary has room for the largest sizes
+                self.buffers[t] = ir.Buffer(t.name, tuple(map(upper, t.shape)), t.dtype, s.scope)
                 temps.append(self.buffers[t])
             else:
-                self.buffers[t] = ir.Buffer(t.name, tuple(self.root_ext[s]), t.dtype,
+                self.buffers[t] = ir.Buffer(t.name, tuple(map(upper, self.root_ext[s])), t.dtype,
                                             "local" if s.scope == "global" else s.scope)
         for s in self.stages:
             if isinstance(s.attach, tuple) and s.attach[0] not in self.stages:
@@ -227,7 +234,11 @@ class _Lowering:
         body = ir.seq(*[self.nest(s, {}) for s in self.stages if s.attach is None])
         for b in reversed(temps):
             body = ir.Allocate(b, body)
-        return ir.Program(name, [self.buffers[t] for t in args], body)
+        params = [self.buffers[t] for t in args]
+        sizes = sizes_of(*(b.shape for b in params))
+        if missing := [v.name for v in sizes_of(body) if v not in sizes]:
+            raise ScheduleError(f"{name}: sizes {missing} are read by its loops but are no argument's dimension")
+        return ir.Program(name, params, body, sizes=sizes)
 
 
 def _simplify(e: ir.Expr) -> ir.Expr:

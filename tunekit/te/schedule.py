@@ -53,16 +53,20 @@ class Stage:
 
     def split(self, iv: IterVar, factor: int | None = None, nparts: int | None = None):
         """Split loop `iv` into (outer, inner) with inner extent `factor`
-        (or outer extent `nparts`). A factor that does not divide guards the tail."""
+        (or outer extent `nparts`). A factor that does not divide guards the tail, as does any
+        factor of a symbolic extent (whose outer loop runs ceil(extent / factor) times)."""
         pos = self._check_leaf(iv)
         if (factor is None) == (nparts is None):
             raise ScheduleError(f"{self.op.name}.split({iv.name}): give exactly one of factor, nparts")
+        if nparts is not None and isinstance(iv.extent, ir.Expr):
+            raise ScheduleError(f"{self.op.name}.split({iv.name}, nparts=...): {iv.name}'s extent {iv.extent!r} "
+                                "is symbolic; split it by a factor")
         if nparts is not None:
             factor = -(-iv.extent // int(nparts))
         factor = int(factor)
         if factor < 1:
             raise ScheduleError(f"{self.op.name}.split({iv.name}): factor must be >= 1, got {factor}")
-        outer = IterVar(f"{iv.name}.o", ir.INDEX, -(-iv.extent // factor), iv.kind)
+        outer = IterVar(f"{iv.name}.o", ir.INDEX, (iv.extent + (factor - 1)) // factor, iv.kind)
         inner = IterVar(f"{iv.name}.i", ir.INDEX, factor, iv.kind)
         self.relations.append(Split(iv, outer, inner, factor))
         self.leaf[pos:pos + 1] = [outer, inner]
@@ -209,7 +213,7 @@ class Schedule:
         op, body = stage.op, stage.op.body
         if not isinstance(body, Reduce) or axis not in body.axes:
             raise ScheduleError(f"rfactor({t.name}): {axis.name} is not a reduction axis of {t.name}")
-        if stage.relations or axis.extent % factor:
+        if stage.relations or isinstance(axis.extent, ir.Expr) or axis.extent % factor:
             raise ScheduleError(f"rfactor({t.name}, {axis.name}, {factor}): needs an unscheduled stage and a "
                                 f"factor that divides {axis.extent}")
         new_axis = [IterVar(a.name, ir.INDEX, a.extent, SPATIAL) for a in op.axis]

@@ -26,8 +26,19 @@ SPATIAL, REDUCE = "spatial", "reduce"
 class IterVar(ir.Var):
     """An axis of a compute: a loop variable with an extent. Schedules split,
     fuse and reorder these; the original ones are an op's `axis`/`reduce_axis`."""
-    extent: int = 1
+    extent: object = 1     # int, or an index expression of sizes (`tunekit.ir.sizes`)
     kind: str = SPATIAL
+
+
+def _dim(d):
+    """A dimension as te keeps it: an int, or an index expression of sizes."""
+    if isinstance(d, ir.Expr):
+        if isinstance(d, ir.Const):
+            return int(d.value)
+        if not all(isinstance(v, ir.SizeVar) for v in ir.free_vars(d)):
+            raise ArgumentError(f"a dimension must be an int or an expression of sizes (ir.size_var), got {d!r}")
+        return d
+    return int(d)
 
 
 @dataclass(eq=False, repr=False)
@@ -54,7 +65,7 @@ class Tensor:
     """The output of an op. Index it (`T[i, j]`) inside a compute body."""
 
     def __init__(self, op, shape: tuple, dtype: str, name: str):
-        self.op, self.shape, self.dtype, self.name = op, tuple(int(d) for d in shape), dtype, name
+        self.op, self.shape, self.dtype, self.name = op, tuple(_dim(d) for d in shape), dtype, name
 
     @property
     def ndim(self) -> int:
@@ -106,13 +117,13 @@ def placeholder(shape, name: str = "placeholder", dtype: str = "float32") -> Ten
 
 
 def reduce_axis(extent: int, name: str = "k") -> IterVar:
-    """Declare a reduction axis over range(extent)."""
-    return IterVar(name, ir.INDEX, int(extent), REDUCE)
+    """Declare a reduction axis over range(extent) (an int or an expression of sizes)."""
+    return IterVar(name, ir.INDEX, _dim(extent), REDUCE)
 
 
 def compute(shape, fcompute, name: str = "compute", tag: str = "") -> Tensor:
     """Define a tensor of `shape` by `fcompute(*axes) -> expression`."""
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(_dim(d) for d in shape)
     sig = inspect.signature(fcompute).parameters
     params = [p for p, v in sig.items() if v.kind != inspect.Parameter.VAR_POSITIONAL]
     if len(params) != len(shape):

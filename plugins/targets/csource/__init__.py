@@ -94,6 +94,9 @@ def _access(node) -> tuple[set, set]:
 def emit(program: ir.Program, dialect: str) -> Source:
     """Write `program` as CUDA C (`dialect="cuda"`) or OpenCL C (`"opencl"`)."""
     d = DIALECTS[dialect]
+    if program.sizes:   # grids are sized at build time here
+        raise BuildError(f"{program.name}: symbolic sizes ({', '.join(v.name for v in program.sizes)}) are built by "
+                         f"the llvm targets only; {dialect} kernels need static shapes")
     body, temps = program.body, []
     while isinstance(body, ir.Allocate) and body.buffer.scope == "global":
         temps.append(body.buffer)

@@ -1,7 +1,8 @@
 """Loop IR -> LLVM IR: one module per `Program`, built with `llvmlite.ir`.
 
-The kernel is `void <program.name>(T* noalias p0, T* noalias p1, ...)` over the
-program's params (each also `align sizeof(T)` and dereferenceable for its size).
+The kernel is `void <program.name>(T* noalias p0, T* noalias p1, ..., i64 size0, ...)` over
+the program's params (each also `align sizeof(T)` and dereferenceable for its smallest size),
+then its symbolic sizes.
 Index math is int64; `//` and `%` floor. Float arithmetic
 carries the `contract` fast-math flag (and `reassoc` on the combine of a
 reduction), so LLVM may form FMAs and vectorize reductions, as DESIGN allows.
@@ -17,6 +18,7 @@ from llvmlite import ir as ll
 
 from tunekit import ir
 from tunekit.errors import BuildError
+from tunekit.ir.sizes import interval
 
 from . import parallel, tiles, vectorize
 from .expressions import ExpressionEmitter
@@ -62,15 +64,19 @@ class Codegen(ExpressionEmitter):
     def generate(self) -> ll.Module:
         p = self.program
         check_supported(p)
-        fn = ll.Function(self.module, ll.FunctionType(VOID, [PTR] * len(p.params)), name=p.name)
+        fn = ll.Function(self.module, ll.FunctionType(VOID, [PTR] * len(p.params) + [I64] * len(p.sizes)),
+                         name=p.name)
         self._names.add(p.name)
         with self.function(fn):
             for arg, buf in zip(fn.args, p.params):
                 arg.add_attribute("noalias")
                 arg.attributes.align = elem_bytes(buf.dtype)
-                arg.attributes.dereferenceable = buf.size * elem_bytes(buf.dtype)
+                arg.attributes.dereferenceable = max(1, interval(buf.size)[0]) * elem_bytes(buf.dtype)
                 arg.name = buf.name
                 self.bufs[buf] = arg
+            for arg, size in zip(fn.args[len(p.params):], p.sizes):
+                arg.name = size.name
+                self.vars[size] = arg
             self.stmt(p.body)
             self.b.ret_void()
         return self.module
@@ -173,6 +179,12 @@ class Codegen(ExpressionEmitter):
                     self.stmt(s.orelse)
 
     def _s_For(self, s: ir.For) -> None:
+        if isinstance(s.extent, ir.Expr):   # symbolic: a plain loop (or a parallel one) over its value
+            if s.kind == ir.PARALLEL and not self.in_parallel:
+                parallel.emit(self, s)
+            else:
+                self.range_loop(s.var, I64(0), self.index(s.extent), lambda: self.stmt(s.body))
+            return
         if s.extent <= 0:
             return
         if s.kind == ir.UNROLLED and s.extent <= UNROLL_MAX:

@@ -18,6 +18,7 @@ from pydantic import Field
 import tunekit
 from tunekit import ir
 from tunekit.errors import BuildError, TunekitError
+from tunekit.ir.sizes import dim_data
 
 from .kernels import KernelArgumentError, KernelLoadError  # noqa: F401  (the errors: for users)
 from .mcjit import binding, load
@@ -186,7 +187,8 @@ class _CpuTarget(tunekit.Target):
         cpu, features = self.cpu_features()
         obj = tm.emit_object(mod)
         meta = {"llvm_ir": text, "triple": self.triple(), "cpu": cpu, "features": features,
-                "params": [(b.name, tuple(b.shape), b.dtype) for b in program.params],
+                "params": [(b.name, tuple(map(dim_data, b.shape)), b.dtype) for b in program.params],
+                "sizes": [(v.name, v.lo, v.hi) for v in program.sizes],
                 "parallel": '@"GOMP_parallel"' in text, "amx": "llvm.x86.tdp" in text}
         return tunekit.Artifact(target=self.name, entry=program.name, data=bytes(obj), meta=meta)
 

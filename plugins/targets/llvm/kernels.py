@@ -10,6 +10,7 @@ import numpy as np
 
 import tunekit
 from tunekit.errors import TunekitError
+from tunekit.ir.sizes import bind, dim_value
 from tunekit.runtime.host import bound, data_pointer
 
 
@@ -22,16 +23,27 @@ class KernelLoadError(TunekitError):
 
 
 def kernel_params(artifact: tunekit.Artifact) -> list[tuple[str, tuple, np.dtype]]:
-    """Return the kernel's parameters as (name, shape, numpy dtype), in call order."""
+    """Return the kernel's parameters as (name, shape, numpy dtype), in call order; a symbolic
+    dimension is a string (`tunekit.ir.sizes.dim_data`)."""
     return [(name, tuple(shape), np.dtype(dtype if dtype != "bool" else np.bool_))
             for name, shape, dtype in artifact.meta["params"]]
 
 
-def check_arguments(entry: str, params: list, arrays: tuple) -> None:
-    """Raise KernelArgumentError unless `arrays` are the kernel's: count, dtype, shape, C-contiguous, aligned."""
+def kernel_sizes(artifact: tunekit.Artifact) -> dict[str, tuple[int, int]]:
+    """Return the kernel's symbolic sizes, name -> (lo, hi), in argument order."""
+    return {name: (lo, hi) for name, lo, hi in artifact.meta.get("sizes", ())}
+
+
+def check_arguments(entry: str, params: list, arrays: tuple, sizes: dict | None = None) -> list[int]:
+    """Raise KernelArgumentError unless `arrays` are the kernel's: count, dtype, shape, C-contiguous,
+    aligned. Returns the values of its `sizes` (name -> (lo, hi)), read from the arrays' shapes."""
     if len(arrays) != len(params):
         raise KernelArgumentError(f"{entry} takes {len(params)} arrays ({', '.join(p[0] for p in params)}), "
                                   f"got {len(arrays)}")
+    values = {}
+    if sizes:
+        values = bind(entry, [p[1] for p in params], [getattr(a, "shape", ()) for a in arrays], sizes)
+        params = [(name, tuple(dim_value(d, values) for d in shape), dt) for name, shape, dt in params]
     for k, (a, (name, shape, dt)) in enumerate(zip(arrays, params)):
         if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shape
                 and a.flags.c_contiguous and a.flags.aligned):
@@ -40,13 +52,17 @@ def check_arguments(entry: str, params: list, arrays: tuple) -> None:
                    else type(a).__name__)
             raise KernelArgumentError(f"{entry}: argument {k} ({name}) must be a C-contiguous, aligned {dt} "
                                       f"numpy array of shape {shape}; got a {got}")
+    return [values[n] for n in sizes or ()]
 
 
 def call_kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., None]:
     """Return `kernel(*arrays)`: call the loaded code at `addr` (kept alive by `engine`) on numpy arrays."""
-    entry, ps, data = artifact.entry, kernel_params(artifact), data_pointer()
-    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(ps))(addr)
+    entry, ps, sizes, data = artifact.entry, kernel_params(artifact), kernel_sizes(artifact), data_pointer()
+    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(ps), *[ctypes.c_int64] * len(sizes))(addr)
     n, expected = len(ps), [(dt, shape) for _, shape, dt in ps]
+
+    def symbolic(*arrays: np.ndarray) -> None:
+        cfunc(*map(data, arrays), *check_arguments(entry, ps, arrays, sizes))
 
     def kernel(*arrays: np.ndarray) -> None:
         # the fast check inline (kernels are timed through this call); check_arguments says what is wrong
@@ -60,9 +76,9 @@ def call_kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., 
         cfunc(*map(data, arrays))
 
     def bind(*arrays: np.ndarray) -> Callable[[], None]:
-        check_arguments(entry, ps, arrays)
-        return bound(cfunc, arrays)
+        return bound(cfunc, arrays, check_arguments(entry, ps, arrays, sizes))
 
+    kernel = symbolic if sizes else kernel
     kernel.bind = bind
     kernel.engine = engine   # the code lives as long as the engine does
     kernel.__name__ = entry

@@ -52,10 +52,13 @@ def emit(cg, loop: ir.For) -> None:
     free = [v for v in uses.vars if v in cg.vars and v is not loop.var]
     consts = {v: cg.vars[v] for v in free if isinstance(cg.vars[v], ll.Constant)}
     passed = [v for v in free if v not in consts]
-    fields = [PTR] * len(bufs) + [cg.vars[v].type for v in passed]
     ity = value_type(loop.var.dtype)
+    symbolic = isinstance(loop.extent, ir.Expr)    # its value goes to the threads in the context
+    args = [PTR] * len(bufs) + [cg.vars[v].type for v in passed]
+    fields = args + [ity] * symbolic
+    extent = cg.index(loop.extent) if symbolic else ity(loop.extent)
 
-    worker = ll.Function(cg.module, ll.FunctionType(VOID, fields + [ity, ity]),
+    worker = ll.Function(cg.module, ll.FunctionType(VOID, args + [ity, ity]),
                          name=cg.unique(f"{cg.program.name}.parallel"))
     worker.linkage = "internal"
     with cg.function(worker):
@@ -80,7 +83,7 @@ def emit(cg, loop: ir.For) -> None:
                 for k, t in enumerate(fields)]
         tid = b.sext(b.call(cg.declare("omp_get_thread_num", I32, []), []), ity)
         nt = b.sext(b.call(cg.declare("omp_get_num_threads", I32, []), []), ity)
-        n = ity(loop.extent)
+        n = vals.pop() if symbolic else extent
         lo = b.sdiv(b.mul(tid, n, flags=("nsw",)), nt)
         hi = b.sdiv(b.mul(b.add(tid, ity(1), flags=("nsw",)), n, flags=("nsw",)), nt)
         b.call(worker, vals + [lo, hi])
@@ -88,7 +91,9 @@ def emit(cg, loop: ir.For) -> None:
 
     b = cg.b
     ctx = cg.entry_alloca(ctx_ty, "omp.ctx")
-    for k, v in enumerate([cg.bufs[x] for x in bufs] + [cg.vars[v] for v in passed]):
+    for k, v in enumerate([cg.bufs[x] for x in bufs] + [cg.vars[v] for v in passed] + [extent] * symbolic):
         b.store(v, b.gep(ctx, [I32(0), I32(k)], inbounds=True, source_etype=ctx_ty))
     gomp = cg.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-    b.call(gomp, [omp_fn, ctx, I32(min(loop.extent, cg.num_threads)), I32(0)])
+    threads = (b.trunc(b.select(b.icmp_signed("<", extent, ity(cg.num_threads)), extent, ity(cg.num_threads)), I32)
+               if symbolic else I32(min(loop.extent, cg.num_threads)))
+    b.call(gomp, [omp_fn, ctx, threads, I32(0)])

@@ -111,6 +111,9 @@ def sysroot() -> str:
 def harness(artifact: tunekit.Artifact) -> str:
     """Return the C source of the harness that runs `artifact`'s kernel."""
     ps = kernel_params(artifact)
+    if artifact.meta.get("sizes"):
+        raise KernelLoadError(f"{artifact.entry}: kernels with symbolic sizes are not emulated; run them on an "
+                              "aarch64 machine")
     sizes = [int(np.prod(shape, dtype=np.int64)) * dt.itemsize for _, shape, dt in ps]
     return _HARNESS.substitute(entry=artifact.entry, n=len(ps), params=", ".join(["void *"] * len(ps)),
                                sizes=", ".join(map(str, sizes)), args=", ".join(f"a[{k}]" for k in range(len(ps))))
