@@ -13,7 +13,7 @@ from tunekit.errors import ScheduleError
 from tunekit.ir import interp
 
 pytest.importorskip("llvmlite")
-from tunekit_plugins.targets.llvm.cpu import X86Target  # noqa: E402
+from tunekit_plugins.targets.llvm.cpu import X86Target
 
 needs_x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="runs x86 code")
 SIZES = (1, 3, 7, 16, 37, 64)      # 64 is the bound; 1 and 3 are below one vector

@@ -40,8 +40,8 @@ import weakref
 import numpy as np
 
 from tunekit import ir
-from tunekit.ir.sizes import upper
 from tunekit.errors import TunekitError
+from tunekit.ir.sizes import upper
 
 __all__ = ["FLATTEN_BUFFER_COLUMNS", "FLATTEN_LOOP_COLUMNS", "KINDS", "PROGRAM_KINDS", "RELATION_BUFFERS", "LoopNest",
            "extract", "feature_names", "flatten_features", "knob_features", "program_features", "relation_features"]

@@ -18,8 +18,9 @@ class Frontend(Component):
     #: file suffixes this frontend reads, lower case with the dot (".onnx")
     suffixes: ClassVar[tuple[str, ...]] = ()
 
-    def load(self, path: str) -> Graph:
-        """Translate the model at `path` into a Graph: one node per model node.
+    def load(self, path: str, dims: dict[str, int] | None = None) -> Graph:
+        """Translate the model at `path` into a Graph: one node per model node, at the sizes
+        `dims` (name -> int) gives its symbolic dimensions.
 
         A node is a tunekit op call (weights as constants in the layout the op
         declares) or a te call of the op library (`tunekit.graph.TeCall`, computed
@@ -29,7 +30,8 @@ class Frontend(Component):
         Node the model's name and type for it (`name`, `kind`): the loader then checks
         every node's args and names the file and the node for a bad one.
         Raises:
-            tunekit.errors.ModelError: the file cannot be read, or holds a node
-                this frontend does not support (name it, its type, and what is supported).
+            tunekit.errors.ModelError: the file cannot be read, holds a node this frontend does
+                not support (name it, its type, and what is supported), or has a symbolic
+                dimension `dims` does not size (name it, and `dims` as the fix).
         """
         raise NotImplementedError

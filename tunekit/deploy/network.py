@@ -9,6 +9,7 @@ from contextlib import closing, nullcontext
 from pathlib import Path
 
 from tunekit._version import __version__
+from tunekit.deploy import symbolic
 from tunekit.deploy.kernels import build_all, builders, choice, loaded
 from tunekit.deploy.layout import lay_out
 from tunekit.deploy.plan import NetworkPlan, computed, node_error
@@ -20,16 +21,16 @@ from tunekit.runtime.model import Model
 from tunekit.store.database import Database
 
 
-def load_graph(path: str) -> Graph:
-    """Read a model file with the frontend that takes its suffix; every node's args are valid
-    (else a ModelError naming the file and the node)."""
+def load_graph(path: str, dims: dict[str, int] | None = None) -> Graph:
+    """Read a model file with the frontend that takes its suffix, its symbolic dimensions at the
+    sizes `dims` gives; every node's args are valid (else a ModelError naming the file and the node)."""
     suffix = Path(path).suffix.lower()
     table = registry().components["frontend"]
     for entry in table.values():
         if suffix in entry.obj.suffixes:
             if why := entry.obj.available():
                 raise ModelError(f"{path}: the {entry.obj.name!r} frontend cannot run here: {why}")
-            return _checked(entry.obj().load(str(path)), str(path))
+            return _checked(entry.obj().load(str(path), dims) if dims else entry.obj().load(str(path)), str(path))
     known = ", ".join(f"{s} ({e.obj.name})" for e in table.values() for s in e.obj.suffixes) or "none"
     raise ModelError(f"{path}: no frontend reads {suffix or 'files without a suffix'} files (installed: {known})")
 
@@ -67,6 +68,26 @@ def extract_tasks(path: str, target="x86", search_layouts: bool = False,
                        precision=precision).tasks(search_layouts)
 
 
+def planned(graph: Graph, target, db, passes, precision) -> tuple[Graph, list, list[int]]:
+    """The graph after the passes, its distinct kernels as (task space, config index, tuned), and
+    per node the index of its kernel."""
+    plan = NetworkPlan(graph, target, db, passes, precision)
+    compiled = plan.compiled()
+    keys: dict[str, int] = {}   # one kernel per distinct (fused) task
+    chosen = []
+    for node in compiled.nodes:
+        if (task := plan.task(node)).key not in keys:
+            keys[task.key] = len(chosen)
+            best = plan.best(task)
+            chosen.append((*choice(task, target, best), best is not None))
+    return compiled, chosen, [keys[plan.task(node).key] for node in compiled.nodes]
+
+
+def symbols(chosen: list) -> list[str]:
+    """The kernels' entry names: distinct, as one library holds them all when the model is saved."""
+    return [f"tk{k}_{ts.task.op.name}" for k, (ts, _, _) in enumerate(chosen)]
+
+
 class CompiledModel(Model):
     """A network compiled for one target: call it with its inputs (numpy arrays in the
     model's input order, or by name) to get its outputs (fresh arrays); `save` it to run
@@ -85,28 +106,22 @@ class CompiledModel(Model):
         # the build workers start while the graph is planned (about as many kernels as nodes, or fewer)
         with closing(Database(database, readonly=True)) if database else nullcontext() as db, \
                 builders(target, len(graph.nodes)) as pool:
-            plan = NetworkPlan(graph, target, db, passes, precision)
-            self.graph, self.target = plan.compiled(), target
-            keys: dict[str, int] = {}   # one kernel per distinct (fused) task
-            chosen = []
-            for node in self.graph.nodes:
-                if (task := plan.task(node)).key not in keys:
-                    keys[task.key] = len(chosen)
-                    best = plan.best(task)
-                    chosen.append((*choice(task, target, best), best is not None))
-            # the kernels' entry names: distinct, as one library holds them all when the model is saved
-            symbols = [f"tk{k}_{ts.task.op.name}" for k, (ts, _, _) in enumerate(chosen)]
-            artifacts = build_all(target, [(ts, index, sym) for (ts, index, _), sym in zip(chosen, symbols)], pool)
+            self.graph, chosen, uses = planned(graph, target, db, passes, precision)
+            self.target = target
+            artifacts = build_all(target, [(ts, index, sym) for (ts, index, _), sym in zip(chosen, symbols(chosen))],
+                                  pool)
         self.kernels = [loaded(target, ts, index, art, tuned) for (ts, index, tuned), art in zip(chosen, artifacts)]
+        self._warn_fallback()
+        layout, weights = lay_out(self.graph, self.kernels, symbols(chosen), uses)
+        super().__init__(layout, [w.reshape(-1).view("uint8") for w in weights], [k.bind for k in self.kernels])
+
+    def _warn_fallback(self) -> None:
         self.fallback = sorted({k.task.anchor().name for k in self.kernels if not k.tuned})
         if self.fallback:
             n = len({k.task.anchor().name for k in self.kernels})
             warnings.warn(f"{len(self.fallback)} of the network's {n} tasks have no tuning record and "
                           f"run a default config: {'; '.join(self.fallback)}; tune them (a recipe task "
-                          "`model = ...` tunes them all)", stacklevel=3)
-        layout, weights = lay_out(self.graph, self.kernels, symbols,
-                                  [keys[plan.task(node).key] for node in self.graph.nodes])
-        super().__init__(layout, [w.reshape(-1).view("uint8") for w in weights], [k.bind for k in self.kernels])
+                          "`model = ...` tunes them all)", stacklevel=4)
 
     def save(self, path: str) -> None:
         """Write the model to `path` as one file that `tunekit.runtime.load` runs with numpy alone
@@ -124,7 +139,8 @@ class CompiledModel(Model):
 
 
 def compile_model(path: str, target="x86", database: str | None = None,
-                  passes: Sequence[str] | None = None, precision: str = "float32") -> CompiledModel:
+                  passes: Sequence[str] | None = None, precision: str = "float32",
+                  dims: dict[str, tuple[int, int]] | None = None, at: dict[str, int] | None = None) -> CompiledModel:
     """Compile the model at `path` for `target` with the best configs in `database`
     (a default config, with one warning listing them, for tasks without a record).
 
@@ -133,7 +149,84 @@ def compile_model(path: str, target="x86", database: str | None = None,
             leave one out to see what it buys.
         precision: "float32", or "bf16": matmuls and convolutions of constant weights on bfloat16
             data and weights with float32 accumulation (tune with the same precision: a model entry's `precision`).
+        dims: the range (lo, hi) of each symbolic dimension of the model ({"batch": (1, 8),
+            "sequence": (1, 512)}): one compiled model runs every size in them.
+        at: the sizes its kernels are scheduled for and read their records at (default: the largest).
     Returns:
         a CompiledModel: `outputs = net(x)`.
     """
-    return CompiledModel(load_graph(path), make_component("target", target), database, passes, precision)
+    target = make_component("target", target)
+    if dims:
+        return _compile_symbolic(path, target, database, passes, precision, dims, at)
+    return CompiledModel(load_graph(path), target, database, passes, precision)
+
+
+class _Planned:
+    """A kernel as the layout reads it, unbuilt (a probe of a symbolic model)."""
+
+    def __init__(self, ts, tuned: bool):
+        self.task, self.tuned, self.template = ts.task, tuned, ts.template.name
+        self.params = ts.task.op.buffers(ts.task.args)
+
+
+def _probe(path, point, target, db, passes, precision) -> tuple:
+    graph, chosen, uses = planned(load_graph(path, point), target, db, passes, precision)
+    layout, weights = lay_out(graph, [_Planned(ts, tuned) for ts, _, tuned in chosen], symbols(chosen), uses)
+    strip = lambda r: {k: v for k, v in r.items() if k != "buffer"}
+    sample = {"kernels": [symbolic.payload(ts.task) for ts, _, _ in chosen],
+              "params": [[list(shape) for _, shape, _ in ts.task.op.buffers(ts.task.args)] for ts, _, _ in chosen],
+              "inputs": {n: strip(r) for n, r in layout["inputs"].items()},
+              "outputs": [[n, strip(r)] for n, r in layout["outputs"]],
+              "calls": [{**c, "args": [strip(r) for r in c["args"]]} for c in layout["calls"]],
+              "table": [{k: v for k, v in t.items() if k not in ("flops", "params")} for t in layout["kernels"]]}
+    return graph, chosen, layout, weights, sample
+
+
+def _compile_symbolic(path, target, database, passes, precision, dims, at) -> CompiledModel:
+    bounds, rep = symbolic.ranges(dims, at)
+    grid, largest = symbolic.probes(bounds, rep)
+    points = [largest, *(p for p in grid if p != largest)]   # the largest first: its buffers and weights are kept
+    with closing(Database(database, readonly=True)) if database else nullcontext() as db:
+        samples = []
+        for point in points:
+            graph, chosen, layout, weights, sample = _probe(path, point, target, db, passes, precision)
+            if point == largest:
+                plan, kept = layout, weights
+            else:
+                for k, w in enumerate(weights):
+                    reader = next((c["layer"] for c in layout["calls"] if any(r.get("weight") == k for r in c["args"])),
+                                  f"weight {k}")
+                    symbolic.prefix_weight(reader, kept[k], w, path)
+            if point == rep:
+                rep_graph, rep_chosen = graph, chosen
+            samples.append(sample)
+        names = list(bounds)
+        try:
+            general = symbolic.generalize(samples, points, names)
+        except symbolic.Mismatch as e:
+            raise ModelError(f"{path}: the model's plan at sizes {points[0]} and {points[1:]} differs in more than "
+                             f"its sizes ({e}); compile it with fixed sizes, or narrower dims") from None
+        sizes = symbolic.size_vars(bounds)
+        jobs = [(symbolic.symbolic_space(ts, general["kernels"][k], rep, sizes), index, sym)
+                for k, ((ts, index, _), sym) in enumerate(zip(rep_chosen, symbols(rep_chosen)))]
+        # built here: a build worker rebuilds a task from its plain description, whose sizes are static
+        artifacts = build_all(target, jobs)
+    model = CompiledModel.__new__(CompiledModel)
+    model.graph, model.target = rep_graph, target
+    # a kernel's task is the representative one (what names it, its flops, its records)
+    model.kernels = [loaded(target, ts, index, art, tuned) for (ts, index, tuned), art in zip(rep_chosen, artifacts)]
+    model._warn_fallback()
+    texts = symbolic.texts(general)
+    plan["dims"] = {n: list(b) for n, b in bounds.items()}
+    for name, ref in plan["inputs"].items():
+        ref.update(texts["inputs"][name])
+    for (_, ref), (_, fitted) in zip(plan["outputs"], texts["outputs"]):
+        ref.update(fitted)
+    for call, fitted in zip(plan["calls"], texts["calls"]):
+        for ref, f in zip(call["args"], fitted["args"]):
+            ref.update(f)
+    for entry, params, k in zip(plan["kernels"], texts["params"], model.kernels):
+        entry["params"] = [[n, shape, dtype] for (n, _, dtype), shape in zip(entry["params"], params)]
+        entry["sizes"] = [name for name, _, _ in k.artifact.meta.get("sizes", ())]
+    Model.__init__(model, plan, [w.reshape(-1).view("uint8") for w in kept], [k.fn.bind for k in model.kernels])
+    return model

@@ -21,9 +21,9 @@ What a code generator can rely on:
 - A `Program`'s `params` are the kernel's buffers in call order (the op's inputs,
   then its outputs), each a flat, C-contiguous, row-major array of `Buffer.dtype`
   with `Buffer.shape` (whose dimensions may be products of sizes); its `sizes`, the
-  symbolic sizes it reads, follow them as int64 arguments in that order; the kernel writes outputs in place and returns nothing. A
-  CPU kernel receives one pointer per param, aligned to 64 bytes when the caller
-  uses `tunekit.empty` (the runner always does). `Allocate` scopes say where
+  symbolic sizes it reads, follow them as int64 arguments in that order; the kernel
+  writes outputs in place and returns nothing. A CPU kernel receives one pointer per
+  param, aligned to 64 bytes when the caller uses `tunekit.empty` (the runner always does). `Allocate` scopes say where
   temporaries live ("global": heap or stack, "shared": GPU block memory,
   "local": registers).
 - `Program.attrs` is free-form metadata; the built-in lowering leaves it empty,
@@ -243,7 +243,10 @@ def const(value, dtype: str | None = None) -> Const:
 
 
 def as_expr(x, dtype: str | None = None) -> Expr:
-    return x if isinstance(x, Expr) else const(x, dtype)
+    if isinstance(x, Expr):
+        return x
+    # an int of sizes (`sizes.SymInt`) is its expression
+    return x.expr if type(x) not in (int, float, bool) and hasattr(x, "expr") else const(x, dtype)
 
 
 _CMP = {"<", "<=", ">", ">=", "==", "!="}

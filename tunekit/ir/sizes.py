@@ -9,10 +9,10 @@ can read each size from the arrays it is given (`bind`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..errors import ArgumentError
+from ..runtime.dims import value as dim_value  # noqa: F401  (a dimension's value: the runtime's)
 from .nodes import INDEX, BinOp, Const, Expr, Var
 from .visitor import Visitor
 
@@ -28,6 +28,44 @@ class SizeVar(Var):
     hi: int = 1
 
 
+class SymInt(int):
+    """An int that also is an expression of sizes: its value at the representative sizes a
+    template schedules for, `expr` what it is at every size. Arithmetic with ints keeps both;
+    comparisons, `range` and formatting see the value; te and the IR see `expr`."""
+
+    def __new__(cls, value: int, expr: Expr):
+        if isinstance(expr, Const):
+            return int(value)
+        out = super().__new__(cls, value)
+        out.expr = expr
+        return out
+
+    def __reduce__(self):
+        return SymInt, (int(self), self.expr)
+
+    def _op(self, other, fn, swap=False):
+        if isinstance(other, bool) or not isinstance(other, int):
+            return fn(other, int(self)) if swap else fn(int(self), other)
+        b = other.expr if isinstance(other, SymInt) else Const(int(other), INDEX)
+        pair = ((int(other), int(self)), (b, self.expr)) if swap else ((int(self), int(other)), (self.expr, b))
+        return SymInt(fn(*pair[0]), fn(*pair[1]))
+
+    def __add__(self, o): return self._op(o, lambda a, b: a + b)
+    def __radd__(self, o): return self._op(o, lambda a, b: a + b, True)
+    def __sub__(self, o): return self._op(o, lambda a, b: a - b)
+    def __rsub__(self, o): return self._op(o, lambda a, b: a - b, True)
+    def __mul__(self, o): return self._op(o, lambda a, b: a * b)
+    def __rmul__(self, o): return self._op(o, lambda a, b: a * b, True)
+    def __floordiv__(self, o): return self._op(o, lambda a, b: a // b)
+    def __rfloordiv__(self, o): return self._op(o, lambda a, b: a // b, True)
+    def __mod__(self, o): return self._op(o, lambda a, b: a % b)
+    def __neg__(self): return SymInt(-int(self), Const(0, INDEX) - self.expr)
+    __hash__ = int.__hash__
+
+    def __repr__(self) -> str:
+        return f"{int(self)}~{self.expr!r}"
+
+
 def size_var(name: str, lo: int, hi: int) -> SizeVar:
     """Declare the size `name`, any value in `lo..hi` (both included, lo >= 0)."""
     if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
@@ -35,8 +73,14 @@ def size_var(name: str, lo: int, hi: int) -> SizeVar:
     return SizeVar(name, INDEX, lo, hi)
 
 
-def is_static(e) -> bool:
-    return isinstance(e, int) or isinstance(e, Const)
+def is_symbolic(e) -> bool:
+    """Whether extent `e` is an expression of sizes (or an int that is one, a SymInt)."""
+    return isinstance(e, SymInt) or isinstance(e, Expr) and not isinstance(e, Const)
+
+
+def expr_of(e):
+    """Extent `e` as the loop IR takes it: an int, or an expression of sizes."""
+    return e.expr if isinstance(e, SymInt) else int(e.value) if isinstance(e, Const) else e
 
 
 def sizes_of(*exprs) -> list[SizeVar]:
@@ -56,6 +100,8 @@ def sizes_of(*exprs) -> list[SizeVar]:
 
 def interval(e) -> tuple[int, int]:
     """(least, largest) value of an index expression of sizes and constants."""
+    if isinstance(e, SymInt):
+        return interval(e.expr)
     if isinstance(e, int):
         return e, e
     if isinstance(e, Const):
@@ -118,13 +164,6 @@ def dim_data(d) -> int | str:
         raise SizeError(f"a kernel parameter's dimension {d!r} must be a constant times a product of sizes")
     c, names = m
     return c if not names else "*".join(([str(c)] if c != 1 else []) + names)
-
-
-def dim_value(d: int | str, sizes: dict) -> int:
-    """The value of a dimension (`dim_data`'s form) for `sizes`."""
-    if isinstance(d, int):
-        return d
-    return math.prod(int(t) if t.isdigit() else sizes[t] for t in d.split("*"))
 
 
 def bind(entry: str, shapes: list, arrays: list, bounds: dict) -> dict:

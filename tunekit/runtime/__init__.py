@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from tunekit.runtime import artifact, host
+from tunekit.runtime import artifact, dims, host
 from tunekit.runtime.artifact import ArtifactError
 from tunekit.runtime.model import Model, PlanError
 
@@ -62,11 +62,16 @@ def _binder(lib: ctypes.CDLL, kernel: dict, path: str):
     except AttributeError:
         raise ArtifactError(f"{path}: corrupt: its library has no kernel {kernel['symbol']!r}") from None
     params = [(tuple(shape), np.dtype(dtype)) for _, shape, dtype in kernel["params"]]
-    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(params))(address)
+    names = kernel.get("sizes", [])
+    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(params), *[ctypes.c_int64] * len(names))(address)
 
-    def bind(*arrays: np.ndarray):
-        if [(a.shape, a.dtype) for a in arrays] != params or not all(a.flags.c_contiguous for a in arrays):
+    def bind(*arrays: np.ndarray, sizes=()):
+        at = dict(zip(names, sizes))
+        expected = [(dims.shape(s, at), d) for s, d in params]
+        if (len(sizes) != len(names) or [(a.shape, a.dtype) for a in arrays] != expected
+                or not all(a.flags.c_contiguous for a in arrays)):
             raise PlanError(f"{path}: the plan calls {kernel['symbol']} with arrays "
-                            f"{[(list(a.shape), str(a.dtype)) for a in arrays]}, not its parameters {kernel['params']}")
-        return host.bound(cfunc, arrays)
+                            f"{[(list(a.shape), str(a.dtype)) for a in arrays]} and sizes {at}, not its parameters "
+                            f"{kernel['params']}")
+        return host.bound(cfunc, arrays, sizes)
     return bind

@@ -10,6 +10,8 @@ import numpy as np
 
 from tunekit.errors import ArgumentError, TunekitError
 from tunekit.memory import empty
+from tunekit.runtime.dims import read, value
+from tunekit.runtime.dims import shape as dims_shape
 
 #: `plan` (a JSON-able dict), as `Model` reads it:
 #:   buffers: [nbytes, ...]: the activation buffers, each allocated once and reused by tensors in turn
@@ -17,7 +19,13 @@ from tunekit.memory import empty
 #:   kernels: [{symbol, template, flops, tuned, params: [[name, shape, dtype], ...]}, ...]
 #:   calls: [{kernel, layer, op, args: [ref, ...]}, ...]: in order; a kernel's arrays, inputs then outputs
 #: where a ref is {"buffer": i, "offset": bytes, ...} or {"weight": i, ...} with "shape" and "dtype".
+#: A model compiled for symbolic dimensions also has
+#:   dims: {name: [lo, hi]}: each dimension's range (the buffers are sized for the largest)
+#: and its shapes and offsets may be polynomials of them (`tunekit.runtime.dims`), its kernels'
+#: "sizes" the dimensions each takes after its arrays.
 PLAN_KEYS = ("buffers", "inputs", "outputs", "kernels", "calls")
+#: how many sets of dimensions keep their bound calls (a generation loop's recent lengths)
+_BOUND_KEPT = 8
 
 
 class PlanError(TunekitError, ValueError):
@@ -29,7 +37,8 @@ class Model:
     model's input order, or by name) to get its outputs (fresh arrays).
 
     Attributes:
-        inputs: {name: (shape, dtype)}, in the model's order.
+        inputs: {name: (shape, dtype)}, in the model's order (a symbolic dimension by its name).
+        dims: {name: (lo, hi)}: the symbolic dimensions a call may size, with their ranges.
         input_bounds: {name: bound} of integer inputs that index a table (token ids are below it).
         output_names: the names of the outputs a call returns, in order.
         peak_bytes: bytes of the activation buffers (weights apart), reused across layers.
@@ -42,42 +51,67 @@ class Model:
         Args:
             plan: the plan (see `PLAN_KEYS`).
             weights: the weights' bytes (flat uint8 arrays, 64-byte aligned), by the plan's weight index.
-            binders: per kernel of the plan, `bind(*arrays) -> call`: checks the arrays once and
-                returns a call that runs the kernel on them.
+            binders: per kernel of the plan, `bind(*arrays, sizes=()) -> call`: checks the arrays
+                once and returns a call that runs the kernel on them (and on the int64 `sizes`).
         """
         self.plan = plan
         self._buffers = [empty((n,), "uint8") for n in plan["buffers"]]
         self._weights = list(weights)
+        self._binders = list(binders)
         self.peak_bytes = sum(plan["buffers"])
         self.weight_bytes = sum(w.nbytes for w in self._weights)
-        self._inputs = {name: self._array(ref) for name, ref in plan["inputs"].items()}
-        self.inputs = {name: (a.shape, str(a.dtype)) for name, a in self._inputs.items()}
+        self.dims = {name: (int(lo), int(hi)) for name, (lo, hi) in plan.get("dims", {}).items()}
+        self.inputs = {name: (tuple(ref["shape"]), ref["dtype"]) for name, ref in plan["inputs"].items()}
         self.input_bounds = dict(plan.get("input_bounds", {}))
-        self._outputs = [self._array(ref) for _, ref in plan["outputs"]]
         self.output_names = [name for name, _ in plan["outputs"]]
-        self.calls = [binders[c["kernel"]](*map(self._array, c["args"])) for c in plan["calls"]]
+        self._bound: dict[tuple, tuple] = {}
+        # bound at the largest sizes until a call says others (what `profile` times before any call)
+        self._inputs, self._outputs, self.calls = self._bind({d: hi for d, (_, hi) in self.dims.items()})
 
-    def _array(self, ref: dict) -> np.ndarray:
+    def _bind(self, dims: dict[str, int]) -> tuple:
+        """The input arrays, output arrays and bound calls at the dimensions `dims` (made once each)."""
+        key = tuple(dims.values())
+        if key not in self._bound:
+            if len(self._bound) >= _BOUND_KEPT:
+                self._bound.pop(next(iter(self._bound)))
+            plan = self.plan
+            inputs = {name: self._array(ref, dims) for name, ref in plan["inputs"].items()}
+            outputs = [self._array(ref, dims) for _, ref in plan["outputs"]]
+            calls = [self._binders[c["kernel"]](*(self._array(r, dims) for r in c["args"]),
+                                                **self._sizes(plan["kernels"][c["kernel"]], dims))
+                     for c in plan["calls"]]
+            self._bound[key] = inputs, outputs, calls
+        return self._bound[key]
+
+    @staticmethod
+    def _sizes(kernel: dict, dims: dict[str, int]) -> dict:
+        return {"sizes": [dims[d] for d in kernel["sizes"]]} if kernel.get("sizes") else {}
+
+    def _array(self, ref: dict, dims: dict[str, int]) -> np.ndarray:
         base = self._buffers[ref["buffer"]] if "buffer" in ref else self._weights[ref["weight"]]
         dtype = np.dtype(ref["dtype"])
-        start = ref.get("offset", 0)
-        stop = start + int(np.prod(ref["shape"], dtype=np.int64)) * dtype.itemsize
+        start, shape = value(ref.get("offset", 0), dims), dims_shape(ref["shape"], dims)
+        stop = start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if not 0 <= start <= stop <= base.nbytes:
             raise PlanError(f"an array of the plan ({ref}) lies outside its buffer of {base.nbytes} bytes")
-        return base[start:stop].view(dtype).reshape(ref["shape"])
+        return base[start:stop].view(dtype).reshape(shape)
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
-        for name, value in {**dict(zip(self._inputs, args)), **named}.items():
-            if name not in self._inputs:
-                raise ArgumentError(f"the model has no input {name!r} (inputs: {', '.join(self._inputs)})")
-            buf = self._inputs[name]
-            if np.shape(value) != buf.shape or np.asarray(value).dtype != buf.dtype:
-                raise ArgumentError(f"input {name!r} must be a {buf.dtype} array of shape {list(buf.shape)}; got "
-                                    f"{np.asarray(value).dtype} of shape {list(np.shape(value))}")
-            buf[...] = value
-        if len(args) + len(named) != len(self._inputs):
-            raise ArgumentError(f"the model takes {len(self._inputs)} inputs ({', '.join(self._inputs)}), "
+        given = {**dict(zip(self.inputs, args)), **named}
+        if unknown := [name for name in given if name not in self.inputs]:
+            raise ArgumentError(f"the model has no input {unknown[0]!r} (inputs: {', '.join(self.inputs)})")
+        if len(args) + len(named) != len(self.inputs):
+            raise ArgumentError(f"the model takes {len(self.inputs)} inputs ({', '.join(self.inputs)}), "
                                 f"got {len(args) + len(named)}")
+        if self.dims:
+            shapes = {n: s for n, (s, _) in self.inputs.items()}
+            self._inputs, self._outputs, self.calls = self._bind(read(shapes, given, self.dims))
+        for name, value_ in given.items():
+            buf = self._inputs[name]
+            if np.shape(value_) != buf.shape or np.asarray(value_).dtype != buf.dtype:
+                raise ArgumentError(f"input {name!r} must be a {buf.dtype} array of shape {list(buf.shape)}; got "
+                                    f"{np.asarray(value_).dtype} of shape {list(np.shape(value_))}")
+            buf[...] = value_
         for call in self.calls:
             call()
         return [o.copy() for o in self._outputs]

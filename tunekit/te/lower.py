@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import ScheduleError
-from ..ir.sizes import interval, sizes_of, upper
+from ..ir.sizes import expr_of, interval, sizes_of, upper
 from . import bound
 from .schedule import Schedule, Split, Stage
 from .tensor import REDUCE, Reduce, Tensor
@@ -41,7 +41,7 @@ class _Lowering:
         self.stages = [s for s in sch.stages if s.attach != "inline"]
         self.inline = {s.op for s in sch.stages if s.attach == "inline"}
         self.stage_of = {s.op.output: s for s in self.stages}
-        self.buffers: dict[Tensor, ir.Buffer] = {t: ir.Buffer(t.name, t.shape, t.dtype) for t in args}
+        self.buffers = {t: ir.Buffer(t.name, tuple(map(expr_of, t.shape)), t.dtype) for t in args}
         self.ext: dict = {}      # loop var -> its extent, as emitted (int, or an expression of sizes)
         self.hi: dict = {}       # loop var -> the largest value of its extent (what the analysis uses)
         self.values: dict[Stage, dict] = {}
@@ -107,7 +107,7 @@ class _Lowering:
         self.root_min[s], self.root_ext[s] = mins, exts
         ext, hi = self.ext, self.hi
         for a, e in [*zip(op.axis, exts), *((a, a.extent) for a in op.reduce_axis)]:
-            ext[a], hi[a] = e, upper(e)
+            ext[a], hi[a] = expr_of(e), upper(e)
         for r in s.relations:
             if isinstance(r, Split):
                 ext[r.inner] = hi[r.inner] = min(r.factor, hi[r.parent])
@@ -128,7 +128,7 @@ class _Lowering:
                 vals[r.inner] = vals[r.fused] % self.ext[r.inner]
         for a, mn, g, size in zip(op.axis, mins, rguards, op.output.shape):
             if g:
-                guards.append(_simplify(bound.to_expr(mn) + vals[a]) < size)
+                guards.append(_simplify(bound.to_expr(mn) + vals[a]) < expr_of(size))
         self.values[s], self.guards[s] = vals, guards
 
     # -- emission -------------------------------------------------------------
@@ -181,7 +181,8 @@ class _Lowering:
                     raise ScheduleError(f"{op.name}: {iv.name} bound to {tag} needs {self.hi[iv]} threads, "
                                         f"the enclosing launch has {ext}")
                 body = ir.substitute(body, {iv: var})
-                return body if self.ext[iv] == ext and isinstance(self.ext[iv], int) else ir.IfThenElse(var < self.ext[iv], body)
+                static = isinstance(self.ext[iv], int) and self.ext[iv] == ext
+                return body if static else ir.IfThenElse(var < self.ext[iv], body)
             loop = ir.For(iv, self.ext[iv], kind, body, tag)
             if with_children and level == first_red and init is not None:
                 init_ivs = [v for v in leaves[level + 1:] if v.kind != REDUCE]

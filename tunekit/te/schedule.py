@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..errors import ScheduleError
+from ..ir.sizes import is_symbolic
 from .tensor import REDUCE, SPATIAL, ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, _make, compute
 
 
@@ -58,7 +59,7 @@ class Stage:
         pos = self._check_leaf(iv)
         if (factor is None) == (nparts is None):
             raise ScheduleError(f"{self.op.name}.split({iv.name}): give exactly one of factor, nparts")
-        if nparts is not None and isinstance(iv.extent, ir.Expr):
+        if nparts is not None and is_symbolic(iv.extent):
             raise ScheduleError(f"{self.op.name}.split({iv.name}, nparts=...): {iv.name}'s extent {iv.extent!r} "
                                 "is symbolic; split it by a factor")
         if nparts is not None:
@@ -213,7 +214,7 @@ class Schedule:
         op, body = stage.op, stage.op.body
         if not isinstance(body, Reduce) or axis not in body.axes:
             raise ScheduleError(f"rfactor({t.name}): {axis.name} is not a reduction axis of {t.name}")
-        if stage.relations or isinstance(axis.extent, ir.Expr) or axis.extent % factor:
+        if stage.relations or is_symbolic(axis.extent) or axis.extent % factor:
             raise ScheduleError(f"rfactor({t.name}, {axis.name}, {factor}): needs an unscheduled stage and a "
                                 f"factor that divides {axis.extent}")
         new_axis = [IterVar(a.name, ir.INDEX, a.extent, SPATIAL) for a in op.axis]

@@ -23,7 +23,7 @@ import math
 
 from .. import ir
 from ..errors import TunekitError
-from .tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
+from .tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, _dim
 
 #: bumped when the description changes (a new version changes every hash, and records with it)
 FORMAT = 1
@@ -130,7 +130,7 @@ def from_data(data: dict) -> list[Tensor]:
         raise TunekitError(f"from_data: not a tensor-expression description of format {FORMAT} (got {got!r}); "
                            "make it with tunekit.te.serialize.to_data")
     try:
-        axes = [IterVar(a.get("name", f"v{k}"), ir.INDEX, int(a["extent"]), a["kind"])
+        axes = [IterVar(a.get("name", f"v{k}"), ir.INDEX, _dim(a["extent"]), a["kind"])
                 for k, a in enumerate(data["axes"])]
         tensors: list[Tensor] = []
         for k, entry in enumerate(data["tensors"]):
@@ -156,7 +156,7 @@ def _decode(e: list, axes: list, tensors: list):
         return axes[e[1]]
     if kind == "const":
         v = _NONFINITE.get(e[1], e[1]) if isinstance(e[1], str) else e[1]
-        return ir.Const(v, e[2])
+        return v.expr if isinstance(v, ir.sizes.SymInt) and e[2] == ir.INDEX else ir.Const(v, e[2])
     if kind == "bin":
         return ir.BinOp(e[1], d(e[2]), d(e[3]), e[4])
     if kind == "not":

@@ -26,12 +26,15 @@ SPATIAL, REDUCE = "spatial", "reduce"
 class IterVar(ir.Var):
     """An axis of a compute: a loop variable with an extent. Schedules split,
     fuse and reorder these; the original ones are an op's `axis`/`reduce_axis`."""
-    extent: object = 1     # int, or an index expression of sizes (`tunekit.ir.sizes`)
+    extent: object = 1     # int, SymInt, or an index expression of sizes (`tunekit.ir.sizes`)
     kind: str = SPATIAL
 
 
 def _dim(d):
-    """A dimension as te keeps it: an int, or an index expression of sizes."""
+    """A dimension as te keeps it: an int, an int of sizes (`ir.sizes.SymInt`: templates read its
+    representative value, lowering its expression), or an index expression of sizes."""
+    if isinstance(d, ir.sizes.SymInt):
+        return d
     if isinstance(d, ir.Expr):
         if isinstance(d, ir.Const):
             return int(d.value)

@@ -19,9 +19,9 @@ class OnnxFrontend(Frontend):
             return "onnx is not installed; install it with: pip install 'tunekit[onnx]'"
         return None
 
-    def load(self, path: str):
+    def load(self, path: str, dims: dict | None = None):
         from .convert import convert
-        return convert(path)
+        return convert(path, dims)
 
 
 @tunekit.hookimpl

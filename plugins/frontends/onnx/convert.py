@@ -53,9 +53,9 @@ def _shape(value_info, path: str) -> tuple:
     return tuple(int(d.dim_value) for d in dims)
 
 
-def convert(path: str) -> Graph:
+def convert(path: str, dims: dict | None = None) -> Graph:
     """Read the ONNX model at `path` into a Graph (see `tunekit.frontends.Frontend.load`)."""
-    model, consts, dequantized = load(path)
+    model, consts, dequantized = load(path, dims)
     g = model.graph
     check_dtypes(g, path)
     _check_ops(model, path)

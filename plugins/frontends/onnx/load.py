@@ -22,11 +22,11 @@ def node_name(n) -> str:
     return f"node {n.name or n.output[0]!r} ({n.op_type})"
 
 
-def load(path: str):
+def load(path: str, dims: dict | None = None):
     """The checked ONNX model at `path`, its QOperator nodes in the QDQ form (`qoperator.py`), its
     constants folded, with every tensor's shape inferred, its constants as arrays by name, and those
     folded from a DequantizeLinear, each with that node's inputs and axis (a quantized model's
-    weights: the QDQ pass reads their integers)."""
+    weights: the QDQ pass reads their integers). `dims` (name -> int) sizes its symbolic dimensions."""
     import onnx
     from google.protobuf.message import DecodeError
     try:
@@ -47,15 +47,42 @@ def load(path: str):
     if not model.ir_version:   # protobuf decodes some other files to an empty model
         raise ModelError(f"{path}: not an ONNX model: it holds no ONNX version or graph (the file is corrupt, "
                          f"truncated or in another format); {REDO}")
+    _fix_dims(model, dims or {}, path)
     weights = _take_weights(model, path)
     try:
         onnx.checker.check_model(_checkable(model, weights))
         model = as_qdq(model, path)
-        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(model), path, weights)
+        # at sizes for symbolic dimensions (`dims`), a broadcast stays one: its result would be a constant as
+        # large as the sizes, which one compiled model for every size cannot hold
+        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(model), path, weights,
+                                          frozenset({"Expand"}) if dims else frozenset())
         return onnx.shape_inference.infer_shapes(model, strict_mode=True), consts, dequantized
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
                          "edited file fails these checks)") from None
+
+
+def _fix_dims(model, dims: dict, path: str) -> None:
+    """Give the inputs' symbolic dimensions the sizes of `dims`; forget the others' (inference finds them)."""
+    inits = {i.name for i in model.graph.initializer}
+    for v in model.graph.input:
+        if v.name in inits:
+            continue
+        shape = v.type.tensor_type.shape.dim
+        if names := [d.dim_param or "?" for d in shape if not d.HasField("dim_value") and d.dim_param not in dims]:
+            raise ModelError(f"{path}: input {v.name!r} has symbolic dimensions {names}; give each a range, e.g. "
+                             f"compile_model(path, dims={{{names[0]!r}: (1, 512)}}) (a recipe task's `dims`), or "
+                             "export the model with fixed sizes")
+        for d in shape:
+            if d.dim_param:
+                d.dim_value = int(dims[d.dim_param])
+    for v in [*model.graph.output, *model.graph.value_info]:
+        for d in v.type.tensor_type.shape.dim:
+            if d.dim_param:
+                if d.dim_param in dims:
+                    d.dim_value = int(dims[d.dim_param])
+                else:
+                    d.Clear()
 
 
 def _take_weights(model, path: str) -> dict[str, np.ndarray]:
@@ -181,12 +208,13 @@ def _reference(n, values: list, opsets) -> list[np.ndarray]:
     return [numpy_helper.to_array(numpy_helper.from_array(np.asarray(v))) for v in got]
 
 
-def fold(model, path: str, weights: dict | None = None):
+def fold(model, path: str, weights: dict | None = None, keep_types: frozenset = frozenset()):
     """Return `model` with every node computable at load time (its inputs constants, or a Shape
     or Size of a static shape) replaced by initializers, shapes re-inferred until nothing folds,
     its constants as arrays by name (the initializers, the folded values), and the folded
     DequantizeLinear outputs, each with (quantized, scale, zero point or "", axis). `weights`: the
-    initializers' values, where the model's large ones hold no bytes (`_take_weights`)."""
+    initializers' values, where the model's large ones hold no bytes (`_take_weights`); nodes of
+    `keep_types` stay nodes."""
     import onnx
     g = model.graph
     consts = dict(weights) if weights is not None else _take_weights(model, path)   # read once: weights are large
@@ -201,8 +229,8 @@ def fold(model, path: str, weights: dict | None = None):
             elif n.op_type in ("Shape", "Size") and n.input[0] in shapes:
                 shape = shapes[n.input[0]]
                 value = [_shape_of(n, shape) if n.op_type == "Shape" else np.array(int(np.prod(shape)), np.int64)]
-            elif n.op_type not in _NOT_FOLDED and n.input and all(not i or i in consts for i in n.input) and \
-                    n.domain in ("", "ai.onnx"):
+            elif n.op_type not in _NOT_FOLDED | keep_types and n.input and n.domain in ("", "ai.onnx") and \
+                    all(not i or i in consts for i in n.input):
                 value = _evaluate(n, [consts[i] if i else None for i in n.input], model.opset_import, path)
             if value is None:
                 keep.append(n)

@@ -10,7 +10,7 @@ import numpy as np
 
 import tunekit
 from tunekit.errors import TunekitError
-from tunekit.ir.sizes import bind, dim_value
+from tunekit.ir.sizes import SizeError, bind, dim_value
 from tunekit.runtime.host import bound, data_pointer
 
 
@@ -34,15 +34,21 @@ def kernel_sizes(artifact: tunekit.Artifact) -> dict[str, tuple[int, int]]:
     return {name: (lo, hi) for name, lo, hi in artifact.meta.get("sizes", ())}
 
 
-def check_arguments(entry: str, params: list, arrays: tuple, sizes: dict | None = None) -> list[int]:
+def check_arguments(entry: str, params: list, arrays: tuple, sizes: dict | None = None, given=None) -> list[int]:
     """Raise KernelArgumentError unless `arrays` are the kernel's: count, dtype, shape, C-contiguous,
-    aligned. Returns the values of its `sizes` (name -> (lo, hi)), read from the arrays' shapes."""
+    aligned. Returns the values of its `sizes` (name -> (lo, hi)): `given` (in their order), else
+    read from the arrays' shapes."""
     if len(arrays) != len(params):
         raise KernelArgumentError(f"{entry} takes {len(params)} arrays ({', '.join(p[0] for p in params)}), "
                                   f"got {len(arrays)}")
     values = {}
-    if sizes:
+    if sizes and given is not None:
+        values = dict(zip(sizes, given))
+        if len(given) != len(sizes) or any(not lo <= values[n] <= hi for n, (lo, hi) in sizes.items()):
+            raise SizeError(f"{entry}: sizes {list(given)} are not its sizes' ranges {sizes}")
+    elif sizes:
         values = bind(entry, [p[1] for p in params], [getattr(a, "shape", ()) for a in arrays], sizes)
+    if sizes:
         params = [(name, tuple(dim_value(d, values) for d in shape), dt) for name, shape, dt in params]
     for k, (a, (name, shape, dt)) in enumerate(zip(arrays, params)):
         if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shape
@@ -57,12 +63,12 @@ def check_arguments(entry: str, params: list, arrays: tuple, sizes: dict | None 
 
 def call_kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., None]:
     """Return `kernel(*arrays)`: call the loaded code at `addr` (kept alive by `engine`) on numpy arrays."""
-    entry, ps, sizes, data = artifact.entry, kernel_params(artifact), kernel_sizes(artifact), data_pointer()
-    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(ps), *[ctypes.c_int64] * len(sizes))(addr)
+    entry, ps, names, data = artifact.entry, kernel_params(artifact), kernel_sizes(artifact), data_pointer()
+    cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(ps), *[ctypes.c_int64] * len(names))(addr)
     n, expected = len(ps), [(dt, shape) for _, shape, dt in ps]
 
     def symbolic(*arrays: np.ndarray) -> None:
-        cfunc(*map(data, arrays), *check_arguments(entry, ps, arrays, sizes))
+        cfunc(*map(data, arrays), *check_arguments(entry, ps, arrays, names))
 
     def kernel(*arrays: np.ndarray) -> None:
         # the fast check inline (kernels are timed through this call); check_arguments says what is wrong
@@ -75,10 +81,10 @@ def call_kernel(artifact: tunekit.Artifact, engine, addr: int) -> Callable[..., 
                 check_arguments(entry, ps, arrays)
         cfunc(*map(data, arrays))
 
-    def bind(*arrays: np.ndarray) -> Callable[[], None]:
-        return bound(cfunc, arrays, check_arguments(entry, ps, arrays, sizes))
+    def bind(*arrays: np.ndarray, sizes=None) -> Callable[[], None]:
+        return bound(cfunc, arrays, check_arguments(entry, ps, arrays, names, sizes))
 
-    kernel = symbolic if sizes else kernel
+    kernel = symbolic if names else kernel
     kernel.bind = bind
     kernel.engine = engine   # the code lives as long as the engine does
     kernel.__name__ = entry

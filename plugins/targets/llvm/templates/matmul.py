@@ -4,6 +4,7 @@ accumulator block is copied out."""
 from __future__ import annotations
 
 from tunekit import Template, ir, te
+from tunekit.ir.sizes import is_symbolic
 from tunekit.ops.epilogue import Epilogue, accumulator
 from tunekit.ops.matmul import compute as matmul_compute
 
@@ -96,8 +97,10 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None, b_panel=0):
     cfg.constrain(lambda c: c["k_outer"] or (c["tile_m"][1] > 1 and c["tile_k"][0] > 1))
 
     no, nv = cfg["tile_n"]
-    mo, blk, mr = cfg["tile_m"]
+    _, blk, mr = cfg["tile_m"]
     mc = blk * mr
+    # the tile counts of the sizes (a symbolic size's count is symbolic, its last tile maybe partial)
+    no, mo = cdiv(N, nv) if is_symbolic(N) else no, cdiv(M, mc)
     bshape = (nb,) if batch else ()
     A = te.placeholder((*bshape, M, K), "A", dtype)
     B = te.placeholder((*bshape, K, N), "W" if batch else "B", dtype)
@@ -106,7 +109,7 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None, b_panel=0):
     def pack(*ax):
         b, jo, k, jv = ax if batch else (0, *ax)
         load = B[(*bidx(b), k, jo * nv + jv)]
-        return te.if_then_else(jo * nv + jv < N, load, zero(dtype)) if no * nv > N else load
+        return te.if_then_else(jo * nv + jv < N, load, zero(dtype)) if is_symbolic(N) or no * nv > N else load
     if b_panel:
         B = Bp = te.placeholder((no, K, nv), "B", dtype)
     else:
@@ -115,7 +118,7 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None, b_panel=0):
 
     def accumulate(*ax):
         b, i, j = ax if batch else (0, *ax)
-        row = ir.min_(i, M - 1) if mo * mc > M else i
+        row = ir.min_(i, M - 1) if is_symbolic(M) or mo * mc > M else i
         return te.sum(A[(*bidx(b), row, k)] * Bp[(*bidx(b), j // nv, k, j % nv)], axis=k)
     Cp = te.compute((*bshape, mo * mc, no * nv), accumulate, name="Cp")
     epi = Epilogue(N, (M, N), dtype, **(epilogue or {}))   # matmul only (batch_matmul has none)

@@ -1,0 +1,56 @@
+"""A model's symbolic dimensions in its plan: a size (a tensor's dimension, a view's offset)
+is an int, or a polynomial of named dimensions written as text, "64*batch*sequence+64": terms
+joined by "+", each a product of an integer and names (a name twice is its square).
+
+The values of the dimensions come from the inputs' shapes at each call (`read`), each
+checked against the range the model was compiled for."""
+from __future__ import annotations
+
+import math
+
+from tunekit.errors import ArgumentError
+
+
+def value(d: int | str, dims: dict[str, int]) -> int:
+    """The value of size `d` (an int or a polynomial's text) where the dimensions are `dims`."""
+    if isinstance(d, int):
+        return d
+    total = 0
+    for term in d.replace("-", "+-").split("+"):
+        if term:
+            sign, term = (-1, term[1:]) if term.startswith("-") else (1, term)
+            total += sign * math.prod(int(t) if t.isdigit() else dims[t] for t in term.split("*"))
+    return total
+
+
+def shape(s, dims: dict[str, int]) -> tuple[int, ...]:
+    return tuple(value(d, dims) for d in s)
+
+
+def read(inputs: dict[str, tuple], arrays: dict, ranges: dict[str, tuple[int, int]]) -> dict[str, int]:
+    """The dimensions' values from the inputs' shapes (a dimension that is an input's whole dimension
+    is read there), checked against `ranges` (name -> (lo, hi)) and against every input's shape.
+
+    Args:
+        inputs: input name -> its shape in the plan (ints and polynomials).
+        arrays: input name -> the array given for it.
+    Raises:
+        ArgumentError: a dimension out of its range, two inputs that disagree on one, or an input
+            of another shape, naming the input, the dimension and its range.
+    """
+    dims: dict[str, int] = {}
+    for name, s in inputs.items():
+        got = getattr(arrays[name], "shape", ())
+        for k, d in enumerate(s):
+            if isinstance(d, str) and d in ranges and k < len(got):
+                if dims.setdefault(d, got[k]) != got[k]:
+                    raise ArgumentError(f"input {name!r}: dimension {d!r} is {got[k]} here and {dims[d]} in another "
+                                        "input; give the inputs one size of it")
+                lo, hi = ranges[d]
+                if not lo <= got[k] <= hi:
+                    raise ArgumentError(f"input {name!r}: dimension {d!r} is {got[k]}, out of the range {lo}..{hi} "
+                                        "the model was compiled for; compile it with a wider range (dims=...)")
+    if missing := [d for d in ranges if d not in dims]:
+        raise ArgumentError(f"the model's dimensions {missing} are no input's whole dimension, so a call cannot "
+                            "tell their sizes")
+    return dims
