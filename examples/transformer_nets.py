@@ -88,9 +88,10 @@ def inputs(net: str, seed: int = 0, **size) -> dict[str, np.ndarray]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def export(net: str, path: str, seed: int = 0, **size) -> str:
+def export(net: str, path: str, seed: int = 0, dynamic: bool = False, **size) -> str:
     """Write the network to `path` as ONNX with torch.onnx.export (the dynamo exporter, weights
-    inside the file), traced at the inputs' fixed shapes."""
+    inside the file), traced at the inputs' fixed shapes; `dynamic`: with symbolic dimensions, as
+    users export for serving (BERT's "batch" and "sequence", GPT-2's "sequence")."""
     import contextlib
     import io
     import warnings
@@ -100,8 +101,10 @@ def export(net: str, path: str, seed: int = 0, **size) -> str:
     feeds = {k: torch.from_numpy(v) for k, v in inputs(net, seed, **size).items()}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):   # its progress lines
         warnings.simplefilter("ignore")
+        axes = {0: "batch", 1: "sequence"} if net == "bert" else {1: "sequence"}
         torch.onnx.export(module, tuple(feeds.values()), path, input_names=list(feeds), output_names=["y"],
-                          opset_version=OPSET[net], external_data=False, verbose=False)
+                          opset_version=OPSET[net], external_data=False, verbose=False,
+                          dynamic_axes={k: axes for k in feeds} if dynamic else None)
     return path
 
 

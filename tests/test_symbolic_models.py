@@ -1,0 +1,114 @@
+"""Models with symbolic dimensions, compiled once for every size in their ranges: a small BERT
+exported with symbolic batch and sequence and a small GPT-2 with a symbolic sequence (its causal
+mask computed from it), against onnxruntime on the same files at several sizes; saved and loaded
+as one file; and the errors of unbounded dimensions and sizes out of range."""
+from __future__ import annotations
+
+import platform
+import warnings
+
+import numpy as np
+import pytest
+from conftest import require
+
+import tunekit
+from tunekit.errors import ArgumentError, ModelError
+
+onnx = require("onnx", "the symbolic-shape claims")
+ort = require("onnxruntime", "the symbolic-shape claims")
+pytest.importorskip("llvmlite")
+pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="needs an x86-64 host")
+import transformer_nets  # noqa: E402  (examples/, on sys.path by conftest.py)
+
+SIZE = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128, "seq": 16, "vocab": 1000}
+RNG = np.random.default_rng(7)
+
+
+def _export(net: str, tmp_path_factory) -> str:
+    for module in ("torch", "transformers", "onnxscript"):
+        require(module, "the symbolic-shape claims")
+    return transformer_nets.export(net, str(tmp_path_factory.mktemp(net) / f"{net}_dynamic.onnx"), 0,
+                                   dynamic=True, **SIZE)
+
+
+def _compile(path: str, **kw):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*no tuning record.*default config")
+        return tunekit.compile_model(path, target="x86", **kw)
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    path = _export("bert", tmp_path_factory)
+    return path, _compile(path, dims={"batch": (1, 3), "sequence": (1, 24)}, at={"batch": 2, "sequence": 16})
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    path = _export("gpt2", tmp_path_factory)
+    return path, _compile(path, dims={"sequence": (1, 24)}, at={"sequence": 16})
+
+
+def _bert_feeds(batch: int, seq: int) -> dict:
+    mask = np.ones((batch, seq), np.int64)
+    mask[0, max(1, seq - seq // 3):] = 0     # padding in the first sequence
+    return {"input_ids": RNG.integers(0, SIZE["vocab"], (batch, seq), dtype=np.int64), "attention_mask": mask}
+
+
+def test_one_compiled_bert_runs_every_batch_and_sequence_length(bert):
+    path, model = bert
+    assert model.dims == {"batch": (1, 3), "sequence": (1, 24)}
+    assert model.inputs["input_ids"] == (("batch", "sequence"), "int64")
+    sess = ort.InferenceSession(path)
+    for batch, seq in [(2, 16), (1, 16), (3, 24), (1, 1), (2, 9), (3, 17)]:
+        feeds = _bert_feeds(batch, seq)
+        (got,) = model(**feeds)
+        (want,) = sess.run(None, feeds)
+        assert got.shape == (batch, seq, SIZE["hidden"])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"batch {batch}, sequence {seq}")
+
+
+def test_one_compiled_gpt2_runs_every_sequence_length(gpt2):
+    path, model = gpt2
+    sess = ort.InferenceSession(path)
+    for seq in (16, 1, 2, 7, 24, 19):
+        ids = RNG.integers(0, SIZE["vocab"], (1, seq), dtype=np.int64)
+        (got,) = model(ids)
+        (want,) = sess.run(None, {"input_ids": ids})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"sequence {seq}")
+
+
+def test_a_symbolic_model_saves_and_loads_as_one_file(bert, tmp_path):
+    import tunekit.runtime
+    _, model = bert
+    model.save(tmp_path / "bert.tk")
+    loaded = tunekit.runtime.load(tmp_path / "bert.tk")
+    assert loaded.dims == model.dims
+    for batch, seq in [(1, 5), (3, 24)]:
+        feeds = _bert_feeds(batch, seq)
+        np.testing.assert_array_equal(loaded(**feeds)[0], model(**feeds)[0])
+
+
+def test_sizes_out_of_range_or_disagreeing_are_clear_errors(bert):
+    _, model = bert
+    with pytest.raises(ArgumentError, match=r"dimension 'sequence' is 25, out of the range 1\.\.24"):
+        model(**_bert_feeds(1, 25))
+    with pytest.raises(ArgumentError, match=r"dimension 'batch' is 4, out of the range 1\.\.3"):
+        model(**_bert_feeds(4, 8))
+    feeds = _bert_feeds(2, 8)
+    feeds["attention_mask"] = feeds["attention_mask"][:, :7]
+    with pytest.raises(ArgumentError, match="'sequence' is 7 here and 8 in another input"):
+        model(**feeds)
+
+
+def test_an_unbounded_dimension_is_an_error_that_names_it_and_the_fix(bert):
+    path, _ = bert
+    with pytest.raises(ModelError, match=r"input 'input_ids' has symbolic dimensions \['batch', 'sequence'\]; "
+                                         r"give each a range, e\.g\. compile_model\(path, dims="):
+        _compile(path)
+    with pytest.raises(ModelError, match=r"symbolic dimensions \['batch'\]"):
+        _compile(path, dims={"sequence": (1, 24)})
+    with pytest.raises(ArgumentError, match=r"dims\['sequence'\] = \(24, 1\): give a range"):
+        _compile(path, dims={"batch": (1, 2), "sequence": (24, 1)})
+    with pytest.raises(ArgumentError, match=r"at\['batch'\] = 1: .*schedule it at 2 or more"):
+        _compile(path, dims={"batch": (1, 2), "sequence": (1, 24)}, at={"batch": 1})
