@@ -146,7 +146,7 @@ def test_task_errors(fake):
         "recipe.toml: tasks[0]: give either op or workload, not both")
     assert task_problems({"opp": "matmul"})[0] == (
         "recipe.toml: tasks[0].opp: unknown key 'opp' (its keys: op, args, workload, template, model, layouts, "
-        "precision, compute, name, outputs)")
+        "precision, dims, dim_weights, compute, name, outputs)")
     assert problems({k: v for k, v in BASE.items() if k != "tasks"}) == [
         "recipe.toml: tasks: no tasks to tune; add [[tasks]] tables with op + args, workload or model"]
 

@@ -112,3 +112,53 @@ def test_an_unbounded_dimension_is_an_error_that_names_it_and_the_fix(bert):
         _compile(path, dims={"batch": (1, 2), "sequence": (24, 1)})
     with pytest.raises(ArgumentError, match=r"at\['batch'\] = 1: .*schedule it at 2 or more"):
         _compile(path, dims={"batch": (1, 2), "sequence": (1, 24)}, at={"batch": 1})
+
+
+def test_tunekit_compile_and_run_take_the_dimensions(gpt2, tmp_path, capsys):
+    from tunekit.cli.main import main
+    path, _ = gpt2
+    out = str(tmp_path / "gpt2.tk")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["compile", path, "-o", out, "--dims", "sequence=1:24", "--at", "sequence=16"]) == 0
+    assert "gpt2.tk:" in capsys.readouterr().out
+    assert main(["run", out, "--size", "sequence=5", "--repeat", "2"]) == 0
+    assert "ms per run" in capsys.readouterr().out
+    assert main(["compile", path, "-o", out, "--dims", "sequence=24"]) == 1
+    assert "--dims sequence=24: write it NAME=LO:HI" in capsys.readouterr().err
+
+
+def _small_symbolic(tmp_path) -> str:
+    """x[batch, seq, 8] @ W[8, 16] + b, a softmax over the sequence: symbolic batch and sequence."""
+    from checks import save_onnx
+    from onnx import TensorProto, helper
+    F = TensorProto.FLOAT
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Softmax", ["a"], ["y"], axis=1)]
+    inits = {"w": RNG.standard_normal((8, 16)).astype(np.float32), "b": RNG.standard_normal(16).astype(np.float32)}
+    return save_onnx(str(tmp_path / "small.onnx"), nodes, {"x": (["batch", "seq", 8], F)},
+                     {"y": (["batch", "seq", 16], F)}, inits)
+
+
+def test_a_small_symbolic_model_matches_onnxruntime_without_torch(tmp_path):
+    path = _small_symbolic(tmp_path)
+    model = _compile(path, dims={"batch": (1, 4), "seq": (1, 20)}, at={"batch": 2, "seq": 8})
+    sess = ort.InferenceSession(path)
+    for shape in [(2, 8, 8), (1, 1, 8), (4, 20, 8), (3, 13, 8)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(model(x)[0], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_recipe_tunes_a_model_at_the_sizes_it_names(tmp_path):
+    from tunekit.plugin.registry import make_component
+    from tunekit.recipe.model import TaskSpec
+    path = _small_symbolic(tmp_path)
+    entry = TaskSpec.model_validate({"model": path, "dims": {"batch": [1], "seq": [8, 32]},
+                                     "dim_weights": {"seq": [1, 3]}})
+    entry.on_target(make_component("target", "x86"))
+    products = {t.args["M"]: t.weight for t in entry.tasks() if "M" in t.args}   # dense at 8 rows, matmul at 32
+    assert products == {8: 1, 32: 3}
+    with pytest.raises(Exception, match="give one weight per size of dims.seq"):
+        TaskSpec.model_validate({"model": path, "dims": {"batch": [1], "seq": [8]}, "dim_weights": {"seq": [1, 2]}})
+    with pytest.raises(Exception, match="goes with model"):
+        TaskSpec.model_validate({"op": "matmul", "args": {"M": 8, "N": 8, "K": 8}, "dims": {"seq": [8]}})

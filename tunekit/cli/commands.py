@@ -296,12 +296,20 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the options of a model with symbolic dimensions (`tunekit.compile_model`'s dims and at)
+DIMS_ARGS = (arg("--dims", action="append", default=[], metavar="NAME=LO:HI", help="a symbolic dimension's range "
+                 "of sizes (repeatable): one compiled model runs them all"),
+             arg("--at", action="append", default=[], metavar="NAME=N", help="the size a symbolic dimension's "
+                 "kernels are scheduled for and read their records at (default: its largest)"))
+
+
 @command("compile", arg("model", help="model file (.onnx)"),
          arg("-o", "--output", required=True, help="the file to write (model.tk)"),
          arg("--target", default="x86", help="target: x86 (this CPU) or arm-cpu (cross-linked for aarch64); "
              "default x86"),
          arg("--database", help="tuning records to use (default: none, every kernel a default config)"),
          arg("--precision", choices=("float32", "bf16"), default="float32", help="as for tunekit run"),
+         *DIMS_ARGS,
          help="compile a model once into one file that tunekit.runtime runs with numpy alone")
 def compile_model(args: argparse.Namespace) -> int:
     """Compile a model with the best records of a database and save it as one file (the
@@ -310,11 +318,12 @@ def compile_model(args: argparse.Namespace) -> int:
     import os
     import time
 
+    from tunekit.cli.run import dims_of
     from tunekit.deploy.network import compile_model as compile_
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        net = compile_(args.model, args.target, args.database, precision=args.precision)
+        net = compile_(args.model, args.target, args.database, precision=args.precision, **dims_of(args))
     for w in said:
         print(f"warning: {w.message}", file=sys.stderr)
     net.save(args.output)
@@ -335,6 +344,9 @@ def compile_model(args: argparse.Namespace) -> int:
          arg("--list-passes", action="store_true", help="list the graph passes, in order, and exit"),
          arg("--precision", choices=("float32", "bf16"), default="float32", help="bf16: matmuls of constant "
              "weights on bfloat16 data and weights (tune with the same precision); default float32"),
+         *DIMS_ARGS,
+         arg("--size", action="append", default=[], metavar="NAME=N", help="a symbolic dimension's size to run "
+             "at (repeatable; default: its --at size, else its largest)"),
          help="run a model with its tuned kernels: latency, per-layer profile, check against onnxruntime")
 def run_model(args: argparse.Namespace) -> int:
     """Compile a model with the best records of a database, run it, and print its

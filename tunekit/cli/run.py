@@ -13,11 +13,36 @@ import numpy as np
 from tunekit.errors import TunekitError
 
 
-def feeds(net, given: list[str], path: str) -> dict[str, np.ndarray]:
+def sizes(specs: list[str], flag: str, ranged: bool = False) -> dict:
+    """{name: N} of "NAME=N" specs, or with `ranged` {name: (lo, hi)} of "NAME=LO:HI" ones."""
+    out = {}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        try:
+            lo, sep, hi = value.partition(":")
+            if ranged != bool(sep):
+                raise ValueError
+            out[name] = (int(lo), int(hi)) if ranged else int(value)
+        except ValueError:
+            raise TunekitError(f"{flag} {spec}: write it NAME={'LO:HI' if ranged else 'N'}, e.g. {flag} "
+                               f"sequence={'1:512' if ranged else '128'}") from None
+    return out
+
+
+def dims_of(args: argparse.Namespace) -> dict:
+    """compile_model's dims and at from --dims and --at (none where --dims is not given)."""
+    dims = sizes(args.dims, "--dims", ranged=True)
+    return {"dims": dims, "at": sizes(args.at, "--at")} if dims else {}
+
+
+def feeds(net, given: list[str], path: str, at: dict | None = None) -> dict[str, np.ndarray]:
     """The model's inputs by name: `given` ("name=file.npy", or "file.npy" for a model of one
     input) and, for the rest, seeded random values: normal floats; integers in [0, the input's
-    bound) (token ids within the vocabulary that they index), else 0 or 1 (masks)."""
+    bound) (token ids within the vocabulary that they index), else 0 or 1 (masks). A symbolic
+    dimension of a random input takes its size in `at` (default: its largest)."""
+    from tunekit.runtime.dims import shape as sized
     inputs, out = net.inputs, {}
+    at = {**{d: hi for d, (_, hi) in getattr(net, "dims", {}).items()}, **(at or {})}
     for spec in given:
         name, sep, file = spec.rpartition("=")
         if not sep:
@@ -34,6 +59,7 @@ def feeds(net, given: list[str], path: str) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     for name, (shape, dtype) in inputs.items():
         if name not in out:
+            shape = sized(shape, at)
             out[name] = (rng.integers(0, net.input_bounds.get(name, 2), shape) if np.dtype(dtype).kind in "iu"
                          else rng.standard_normal(shape)).astype(dtype)
     return out
@@ -66,10 +92,11 @@ def run_model(args: argparse.Namespace, console, table) -> int:
     else:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
-            net = compile_model(args.model, args.target, args.database, passes_without(args.no_pass), args.precision)
+            net = compile_model(args.model, args.target, args.database, passes_without(args.no_pass), args.precision,
+                                **dims_of(args))
         for w in said:
             print(f"warning: {w.message}", file=sys.stderr)
-    x = feeds(net, args.input or [], args.model)
+    x = feeds(net, args.input or [], args.model, {**sizes(args.at, "--at"), **sizes(args.size, "--size")})
     outputs = net(**x)
     times = []
     for _ in range(max(1, args.repeat)):

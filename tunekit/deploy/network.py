@@ -178,7 +178,7 @@ def _probe(path, point, target, db, passes, precision) -> tuple:
               "inputs": {n: strip(r) for n, r in layout["inputs"].items()},
               "outputs": [[n, strip(r)] for n, r in layout["outputs"]],
               "calls": [{**c, "args": [strip(r) for r in c["args"]]} for c in layout["calls"]],
-              "table": [{k: v for k, v in t.items() if k not in ("flops", "params")} for t in layout["kernels"]]}
+              "table": [{k: v for k, v in t.items() if k != "params"} for t in layout["kernels"]]}
     return graph, chosen, layout, weights, sample
 
 
@@ -225,8 +225,9 @@ def _compile_symbolic(path, target, database, passes, precision, dims, at) -> Co
     for call, fitted in zip(plan["calls"], texts["calls"]):
         for ref, f in zip(call["args"], fitted["args"]):
             ref.update(f)
-    for entry, params, k in zip(plan["kernels"], texts["params"], model.kernels):
+    for entry, params, fitted, k in zip(plan["kernels"], texts["params"], texts["table"], model.kernels):
         entry["params"] = [[n, shape, dtype] for (n, _, dtype), shape in zip(entry["params"], params)]
+        entry["flops"] = fitted["flops"]
         entry["sizes"] = [name for name, _, _ in k.artifact.meta.get("sizes", ())]
     Model.__init__(model, plan, [w.reshape(-1).view("uint8") for w in kept], [k.fn.bind for k in model.kernels])
     return model

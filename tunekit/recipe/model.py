@@ -8,12 +8,14 @@ checked against what this machine can actually run.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -70,6 +72,13 @@ class TaskSpec(Section):
     precision: Literal["float32", "bf16"] = Field("float32", description="With model: \"bf16\" runs its matmuls "
                                                   "of constant weights on bfloat16 data and weights with float32 "
                                                   "accumulation (compile it with the same precision).")
+    dims: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(
+        default_factory=dict, description="With model: the sizes of its symbolic dimensions to tune at, e.g. "
+        "{sequence = [32, 128, 512]}: its tasks at each (every combination of them); compile it with `at` one of "
+        "them.")
+    dim_weights: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(
+        default_factory=dict, description="With dims: how much each size of a dimension counts, in the order of "
+        "its dims list, e.g. {sequence = [1, 4, 1]} (default: equally).")
     compute: str | dict | None = Field(None, description="A computation of your own instead of an op: "
                                        "\"package.module:function\", a function of args returning te tensors "
                                        "(inputs, then outputs); tuned through the generic templates (auto).")
@@ -78,7 +87,7 @@ class TaskSpec(Section):
                                 "returns, at the end, are outputs (default 1).")
     _model_tasks: list = PrivateAttr(default_factory=list)
     _computed: Task | None = PrivateAttr(None)
-    _graph: Any = PrivateAttr(None)
+    _graphs: list = PrivateAttr(default_factory=list)   # (weight, the model's graph at some sizes)
 
     @model_validator(mode="before")
     @classmethod
@@ -97,7 +106,7 @@ class TaskSpec(Section):
         reg = registry()
         if self.model is not None:
             return self._network((info.context or {}).get("base", "."))
-        for field, plain in (("layouts", "rule"), ("precision", "float32")):
+        for field, plain in (("layouts", "rule"), ("precision", "float32"), ("dims", {}), ("dim_weights", {})):
             if getattr(self, field) != plain:
                 raise error([((field,), "goes with model (a network's layers); drop it or add model",
                               getattr(self, field))])
@@ -138,10 +147,18 @@ class TaskSpec(Section):
                            "model)", None)])
         path = Path(base) / self.model
         self.model = str(path.resolve())   # the recipe's dict (to_dict) then validates from anywhere
-        try:
-            self._graph = load_graph(str(path))
-        except TunekitError as e:
-            raise error([(("model",), str(e), self.model)]) from None
+        for name, ws in self.dim_weights.items():
+            if len(ws) != len(self.dims.get(name, ())):
+                raise error([(("dim_weights", name), f"give one weight per size of dims.{name} "
+                              f"({self.dims.get(name, [])})", ws)])
+        names = list(self.dims)
+        for sizes in itertools.product(*(list(enumerate(self.dims[n])) for n in names)):
+            point = {n: v for n, (_, v) in zip(names, sizes)}
+            weight = math.prod(self.dim_weights.get(n, [1] * (k + 1))[k] for n, (k, _) in zip(names, sizes))
+            try:
+                self._graphs.append((weight, load_graph(str(path), point or None)))
+            except TunekitError as e:
+                raise error([(("model",), str(e), self.model)]) from None
         return self
 
     def _computation(self, compute: str | dict, base: str):
@@ -154,8 +171,11 @@ class TaskSpec(Section):
         """Expand a model entry into its tasks in the layout `target` runs the network in."""
         if self.model is not None:
             from tunekit.deploy.plan import NetworkPlan
-            self._model_tasks = [t.weighted(n) for t, n in NetworkPlan(self._graph, target, precision=self.precision)
-                                 .tasks(self.layouts == "search")]
+            found: dict[str, list] = {}   # a task of several sizes (one whose shapes do not vary) is tuned once
+            for weight, graph in self._graphs:
+                for t, n in NetworkPlan(graph, target, precision=self.precision).tasks(self.layouts == "search"):
+                    found.setdefault(t.key, [t, 0])[1] += n * weight
+            self._model_tasks = [t.weighted(n) for t, n in found.values()]
 
     def tasks(self) -> list[Task]:
         """Return the Tasks (`tunekit.task.Task`) this entry describes (a model's are weighted by their counts)."""

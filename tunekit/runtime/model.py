@@ -16,7 +16,7 @@ from tunekit.runtime.dims import shape as dims_shape
 #: `plan` (a JSON-able dict), as `Model` reads it:
 #:   buffers: [nbytes, ...]: the activation buffers, each allocated once and reused by tensors in turn
 #:   inputs: {name: ref}, outputs: [[name, ref], ...], input_bounds: {name: bound} (token ids below it)
-#:   kernels: [{symbol, template, flops, tuned, params: [[name, shape, dtype], ...]}, ...]
+#:   kernels: [{symbol, template, flops, tuned, params: [[name, shape, dtype], ...], sizes}, ...]
 #:   calls: [{kernel, layer, op, args: [ref, ...]}, ...]: in order; a kernel's arrays, inputs then outputs
 #: where a ref is {"buffer": i, "offset": bytes, ...} or {"weight": i, ...} with "shape" and "dtype".
 #: A model compiled for symbolic dimensions also has
@@ -70,7 +70,7 @@ class Model:
 
     def _bind(self, dims: dict[str, int]) -> tuple:
         """The input arrays, output arrays and bound calls at the dimensions `dims` (made once each)."""
-        key = tuple(dims.values())
+        key, self._dims = tuple(dims.values()), dims
         if key not in self._bound:
             if len(self._bound) >= _BOUND_KEPT:
                 self._bound.pop(next(iter(self._bound)))
@@ -128,7 +128,8 @@ class Model:
             s = float(np.median([_seconds(call) for _ in range(repeat)]))
             kernel = self.plan["kernels"][c["kernel"]]
             rows.append({"layer": c["layer"], "op": c["op"], "template": kernel["template"], "seconds": s,
-                         "in_run": float(np.median([run[k] for run in runs])), "gflops": kernel["flops"] / s / 1e9,
+                         "in_run": float(np.median([run[k] for run in runs])),
+                         "gflops": value(kernel["flops"], self._dims) / s / 1e9,
                          "tuned": kernel["tuned"]})
         return rows
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import ScheduleError
-from ..ir.sizes import expr_of, interval, sizes_of, upper
+from ..ir.sizes import expr_of, interval, is_symbolic, sizes_of, upper
 from . import bound
 from .schedule import Schedule, Split, Stage
 from .tensor import REDUCE, Reduce, Tensor
@@ -49,6 +49,9 @@ class _Lowering:
         self.root_ext: dict[Stage, list[int]] = {}
         self.guards: dict[Stage, list[ir.Expr]] = {}
         self.bodies = {s: inline(s.op.body, self.inline) for s in self.stages}
+        # whether any extent is symbolic (else nothing here reads a size: the common case, kept fast)
+        self.symbolic = any(is_symbolic(d) for t in args for d in t.shape) or any(
+            is_symbolic(a.extent) for s in self.stages for a in [*s.op.axis, *s.op.reduce_axis])
         for s in reversed(self.stages):
             self._infer(s)
 
@@ -76,7 +79,8 @@ class _Lowering:
             if loads:   # a reader of t (inferred already: readers come later)
                 vals = self._root_values(q)
                 accesses += [[bound.simplify(ir.substitute(i, vals), self.hi) for i in load.indices] for load in loads]
-        fixed |= set(sizes_of(*accesses))   # a kernel's sizes are fixed for all of it
+        if self.symbolic:
+            fixed |= set(sizes_of(*accesses))   # a kernel's sizes are fixed for all of it
         mins, exts, guards = [], [], []
         for d, size in enumerate(t.shape):
             rng = [bound.access_range(a[d], {v: self.hi[v] for v in ir.free_vars(a[d])
@@ -236,8 +240,8 @@ class _Lowering:
         for b in reversed(temps):
             body = ir.Allocate(b, body)
         params = [self.buffers[t] for t in args]
-        sizes = sizes_of(*(b.shape for b in params))
-        if missing := [v.name for v in sizes_of(body) if v not in sizes]:
+        sizes = sizes_of(*(b.shape for b in params)) if self.symbolic else []
+        if self.symbolic and (missing := [v.name for v in sizes_of(body) if v not in sizes]):
             raise ScheduleError(f"{name}: sizes {missing} are read by its loops but are no argument's dimension")
         return ir.Program(name, params, body, sizes=sizes)
 
