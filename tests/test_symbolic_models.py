@@ -101,6 +101,13 @@ def test_sizes_out_of_range_or_disagreeing_are_clear_errors(bert):
         model(**feeds)
 
 
+def test_plans_that_differ_by_more_than_sizes_are_a_clear_error(tmp_path):
+    path = _small_symbolic(tmp_path)   # few rows run as dense, many as matmul
+    with pytest.raises(ModelError, match=r"layer .* runs matmul at sizes \{'batch': 4, 'seq': 64\} but .* runs dense "
+                                         r"at .*one plan cannot serve both"):
+        _compile(path, dims={"batch": (1, 4), "seq": (1, 64)}, at={"batch": 2, "seq": 4})
+
+
 def test_an_unbounded_dimension_is_an_error_that_names_it_and_the_fix(bert):
     path, _ = bert
     with pytest.raises(ModelError, match=r"input 'input_ids' has symbolic dimensions \['batch', 'sequence'\]; "
@@ -110,6 +117,9 @@ def test_an_unbounded_dimension_is_an_error_that_names_it_and_the_fix(bert):
         _compile(path, dims={"sequence": (1, 24)})
     with pytest.raises(ArgumentError, match=r"dims\['sequence'\] = \(24, 1\): give a range"):
         _compile(path, dims={"batch": (1, 2), "sequence": (24, 1)})
+    with pytest.raises(ModelError, match=r"dims names \['past'\], which no input of the model has \(its symbolic "
+                                         r"dimensions: batch, sequence\)"):
+        _compile(path, dims={"batch": (1, 2), "sequence": (1, 24), "past": (1, 8)})
     with pytest.raises(ArgumentError, match=r"at\['batch'\] = 1: .*schedule it at 2 or more"):
         _compile(path, dims={"batch": (1, 2), "sequence": (1, 24)}, at={"batch": 1})
 
@@ -162,3 +172,36 @@ def test_a_recipe_tunes_a_model_at_the_sizes_it_names(tmp_path):
         TaskSpec.model_validate({"model": path, "dims": {"batch": [1], "seq": [8]}, "dim_weights": {"seq": [1, 2]}})
     with pytest.raises(Exception, match="goes with model"):
         TaskSpec.model_validate({"op": "matmul", "args": {"M": 8, "N": 8, "K": 8}, "dims": {"seq": [8]}})
+
+
+def test_kernels_scheduled_at_several_sizes_run_at_the_nearest(tmp_path):
+    import tunekit.runtime
+    path = _small_symbolic(tmp_path)
+    model = _compile(path, dims={"batch": (1, 4), "seq": (1, 64)}, at={"batch": 2, "seq": [12, 48]})
+    assert [v["at"] for v in model.plan["variants"]] == [{"batch": 2, "seq": 12}, {"batch": 2, "seq": 48}]
+    model.save(tmp_path / "small.tk")
+    loaded = tunekit.runtime.load(tmp_path / "small.tk")
+    sess = ort.InferenceSession(path)
+    for shape, near in [((2, 3, 8), 12), ((1, 60, 8), 48), ((4, 20, 8), 12), ((3, 30, 8), 48)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        for net in (model, loaded):
+            np.testing.assert_allclose(net(x)[0], want, rtol=1e-5, atol=1e-6)
+            assert net.scheduled_at == {"batch": 2, "seq": near}
+
+
+def test_a_cnn_with_a_symbolic_batch_matches_onnxruntime(tmp_path):
+    # convolutions (blocked channels, their templates) with the batch a kernel argument
+    from pathlib import Path
+    model = onnx.load(str(Path(__file__).parent / "models" / "tiny_mobilenet_v2.onnx"))
+    for v in [*model.graph.input, *model.graph.output]:
+        v.type.tensor_type.shape.dim[0].dim_param = "batch"
+    del model.graph.value_info[:]
+    path = str(tmp_path / "mobilenet_batch.onnx")
+    onnx.save(model, path)
+    net = _compile(path, dims={"batch": (1, 4)}, at={"batch": 2})
+    sess, x = ort.InferenceSession(path), model.graph.input[0]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim][1:]
+    for batch in (2, 1, 3, 4):
+        feed = RNG.standard_normal((batch, *shape)).astype(np.float32)
+        np.testing.assert_allclose(net(feed)[0], sess.run(None, {x.name: feed})[0], rtol=1e-4, atol=1e-5)

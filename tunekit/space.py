@@ -259,7 +259,11 @@ class ConfigSpace(_Define):
         found = self.sample(random.Random(0), 64)
         if found:
             return max(found, key=lambda i: (sum(a == b for a, b in zip(self.choices(i), choices)), -i))
-        return next(i for i in range(self.size) if self.valid(i))
+        first = next((i for i in range(self.size) if self.valid(i)), None)
+        if first is None:
+            raise SpaceError(f"no config of the {self.size} in this space is valid: the template's constraints "
+                             "exclude them all (a bug of the template at these sizes)")
+        return first
 
     def fingerprint(self) -> str:
         """A short hash of the knobs (names, kinds and every value, in order): what identifies

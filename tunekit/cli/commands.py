@@ -299,8 +299,9 @@ def report(args: argparse.Namespace) -> int:
 #: the options of a model with symbolic dimensions (`tunekit.compile_model`'s dims and at)
 DIMS_ARGS = (arg("--dims", action="append", default=[], metavar="NAME=LO:HI", help="a symbolic dimension's range "
                  "of sizes (repeatable): one compiled model runs them all"),
-             arg("--at", action="append", default=[], metavar="NAME=N", help="the size a symbolic dimension's "
-                 "kernels are scheduled for and read their records at (default: its largest)"))
+             arg("--at", action="append", default=[], metavar="NAME=N[,N...]", help="the size a symbolic "
+                 "dimension's kernels are scheduled for and read their records at (default: its largest); several: "
+                 "kernels for each, a call runs those of the nearest"))
 
 
 @command("compile", arg("model", help="model file (.onnx)"),

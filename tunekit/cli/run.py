@@ -13,18 +13,21 @@ import numpy as np
 from tunekit.errors import TunekitError
 
 
-def sizes(specs: list[str], flag: str, ranged: bool = False) -> dict:
-    """{name: N} of "NAME=N" specs, or with `ranged` {name: (lo, hi)} of "NAME=LO:HI" ones."""
+def sizes(specs: list[str], flag: str, ranged: bool = False, several: bool = False) -> dict:
+    """{name: N} of "NAME=N" specs (with `several`, "NAME=N,M": a list), or with `ranged`
+    {name: (lo, hi)} of "NAME=LO:HI" ones."""
     out = {}
     for spec in specs:
         name, _, value = spec.partition("=")
         try:
             lo, sep, hi = value.partition(":")
-            if ranged != bool(sep):
+            if ranged != bool(sep) or "," in value and not several:
                 raise ValueError
-            out[name] = (int(lo), int(hi)) if ranged else int(value)
+            listed = [int(v) for v in value.split(",")] if several and not ranged else None
+            out[name] = (int(lo), int(hi)) if ranged else listed if listed and len(listed) > 1 else int(value)
         except ValueError:
-            raise TunekitError(f"{flag} {spec}: write it NAME={'LO:HI' if ranged else 'N'}, e.g. {flag} "
+            form = "LO:HI" if ranged else "N[,N...]" if several else "N"
+            raise TunekitError(f"{flag} {spec}: write it NAME={form}, e.g. {flag} "
                                f"sequence={'1:512' if ranged else '128'}") from None
     return out
 
@@ -32,7 +35,7 @@ def sizes(specs: list[str], flag: str, ranged: bool = False) -> dict:
 def dims_of(args: argparse.Namespace) -> dict:
     """compile_model's dims and at from --dims and --at (none where --dims is not given)."""
     dims = sizes(args.dims, "--dims", ranged=True)
-    return {"dims": dims, "at": sizes(args.at, "--at")} if dims else {}
+    return {"dims": dims, "at": sizes(args.at, "--at", several=True)} if dims else {}
 
 
 def feeds(net, given: list[str], path: str, at: dict | None = None) -> dict[str, np.ndarray]:
@@ -96,7 +99,8 @@ def run_model(args: argparse.Namespace, console, table) -> int:
                                 **dims_of(args))
         for w in said:
             print(f"warning: {w.message}", file=sys.stderr)
-    x = feeds(net, args.input or [], args.model, {**sizes(args.at, "--at"), **sizes(args.size, "--size")})
+    at = {n: v for n, v in sizes(args.at, "--at", several=True).items() if isinstance(v, int)}
+    x = feeds(net, args.input or [], args.model, {**at, **sizes(args.size, "--size")})
     outputs = net(**x)
     times = []
     for _ in range(max(1, args.repeat)):

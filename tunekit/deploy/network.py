@@ -9,7 +9,6 @@ from contextlib import closing, nullcontext
 from pathlib import Path
 
 from tunekit._version import __version__
-from tunekit.deploy import symbolic
 from tunekit.deploy.kernels import build_all, builders, choice, loaded
 from tunekit.deploy.layout import lay_out
 from tunekit.deploy.plan import NetworkPlan, computed, node_error
@@ -151,83 +150,14 @@ def compile_model(path: str, target="x86", database: str | None = None,
             data and weights with float32 accumulation (tune with the same precision: a model entry's `precision`).
         dims: the range (lo, hi) of each symbolic dimension of the model ({"batch": (1, 8),
             "sequence": (1, 512)}): one compiled model runs every size in them.
-        at: the sizes its kernels are scheduled for and read their records at (default: the largest).
+        at: the sizes its kernels are scheduled for and read their records at (default: the largest);
+            lists of sizes ({"sequence": [32, 128, 384]}) build kernels for each combination, and a call
+            runs those of the nearest.
     Returns:
         a CompiledModel: `outputs = net(x)`.
     """
     target = make_component("target", target)
     if dims:
-        return _compile_symbolic(path, target, database, passes, precision, dims, at)
+        from tunekit.deploy.symbolic_model import compile_symbolic  # it builds on this module
+        return compile_symbolic(path, target, database, passes, precision, dims, at)
     return CompiledModel(load_graph(path), target, database, passes, precision)
-
-
-class _Planned:
-    """A kernel as the layout reads it, unbuilt (a probe of a symbolic model)."""
-
-    def __init__(self, ts, tuned: bool):
-        self.task, self.tuned, self.template = ts.task, tuned, ts.template.name
-        self.params = ts.task.op.buffers(ts.task.args)
-
-
-def _probe(path, point, target, db, passes, precision) -> tuple:
-    graph, chosen, uses = planned(load_graph(path, point), target, db, passes, precision)
-    layout, weights = lay_out(graph, [_Planned(ts, tuned) for ts, _, tuned in chosen], symbols(chosen), uses)
-    strip = lambda r: {k: v for k, v in r.items() if k != "buffer"}
-    sample = {"kernels": [symbolic.payload(ts.task) for ts, _, _ in chosen],
-              "params": [[list(shape) for _, shape, _ in ts.task.op.buffers(ts.task.args)] for ts, _, _ in chosen],
-              "inputs": {n: strip(r) for n, r in layout["inputs"].items()},
-              "outputs": [[n, strip(r)] for n, r in layout["outputs"]],
-              "calls": [{**c, "args": [strip(r) for r in c["args"]]} for c in layout["calls"]],
-              "table": [{k: v for k, v in t.items() if k != "params"} for t in layout["kernels"]]}
-    return graph, chosen, layout, weights, sample
-
-
-def _compile_symbolic(path, target, database, passes, precision, dims, at) -> CompiledModel:
-    bounds, rep = symbolic.ranges(dims, at)
-    grid, largest = symbolic.probes(bounds, rep)
-    points = [largest, *(p for p in grid if p != largest)]   # the largest first: its buffers and weights are kept
-    with closing(Database(database, readonly=True)) if database else nullcontext() as db:
-        samples = []
-        for point in points:
-            graph, chosen, layout, weights, sample = _probe(path, point, target, db, passes, precision)
-            if point == largest:
-                plan, kept = layout, weights
-            else:
-                for k, w in enumerate(weights):
-                    reader = next((c["layer"] for c in layout["calls"] if any(r.get("weight") == k for r in c["args"])),
-                                  f"weight {k}")
-                    symbolic.prefix_weight(reader, kept[k], w, path)
-            if point == rep:
-                rep_graph, rep_chosen = graph, chosen
-            samples.append(sample)
-        names = list(bounds)
-        try:
-            general = symbolic.generalize(samples, points, names)
-        except symbolic.Mismatch as e:
-            raise ModelError(f"{path}: the model's plan at sizes {points[0]} and {points[1:]} differs in more than "
-                             f"its sizes ({e}); compile it with fixed sizes, or narrower dims") from None
-        sizes = symbolic.size_vars(bounds)
-        jobs = [(symbolic.symbolic_space(ts, general["kernels"][k], rep, sizes), index, sym)
-                for k, ((ts, index, _), sym) in enumerate(zip(rep_chosen, symbols(rep_chosen)))]
-        # built here: a build worker rebuilds a task from its plain description, whose sizes are static
-        artifacts = build_all(target, jobs)
-    model = CompiledModel.__new__(CompiledModel)
-    model.graph, model.target = rep_graph, target
-    # a kernel's task is the representative one (what names it, its flops, its records)
-    model.kernels = [loaded(target, ts, index, art, tuned) for (ts, index, tuned), art in zip(rep_chosen, artifacts)]
-    model._warn_fallback()
-    texts = symbolic.texts(general)
-    plan["dims"] = {n: list(b) for n, b in bounds.items()}
-    for name, ref in plan["inputs"].items():
-        ref.update(texts["inputs"][name])
-    for (_, ref), (_, fitted) in zip(plan["outputs"], texts["outputs"]):
-        ref.update(fitted)
-    for call, fitted in zip(plan["calls"], texts["calls"]):
-        for ref, f in zip(call["args"], fitted["args"]):
-            ref.update(f)
-    for entry, params, fitted, k in zip(plan["kernels"], texts["params"], texts["table"], model.kernels):
-        entry["params"] = [[n, shape, dtype] for (n, _, dtype), shape in zip(entry["params"], params)]
-        entry["flops"] = fitted["flops"]
-        entry["sizes"] = [name for name, _, _ in k.artifact.meta.get("sizes", ())]
-    Model.__init__(model, plan, [w.reshape(-1).view("uint8") for w in kept], [k.fn.bind for k in model.kernels])
-    return model

@@ -32,8 +32,9 @@ from tunekit.ops.computed import ComputedOp
 DEGREE = 2
 
 
-def ranges(dims: dict, at: dict | None) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
-    """Check `dims` (name -> (lo, hi)) and `at` (name -> representative size, default: the largest).
+def ranges(dims: dict, at: dict | None) -> tuple[dict[str, tuple[int, int]], list[dict[str, int]]]:
+    """Check `dims` (name -> (lo, hi)) and `at` (name -> representative size, or a list of them;
+    default: the largest); returns the ranges and every combination of the representative sizes.
 
     Raises:
         ArgumentError: a bad range or representative size, naming the dimension and the fix.
@@ -48,27 +49,27 @@ def ranges(dims: dict, at: dict | None) -> tuple[dict[str, tuple[int, int]], dic
     at = dict(at or {})
     if unknown := sorted(set(at) - set(out)):
         raise ArgumentError(f"at: {unknown} are not dimensions of dims ({', '.join(out)})")
-    rep = {}
+    choices = {}
     for name, (lo, hi) in out.items():
-        rep[name] = at.get(name, hi)
-        if not lo <= rep[name] <= hi:
-            raise ArgumentError(f"at[{name!r}] = {rep[name]} is outside dims[{name!r}] = ({lo}, {hi})")
-        if rep[name] < 2 <= hi:   # planned at 1, a dimension broadcasts (and its plan is not the others')
-            raise ArgumentError(f"at[{name!r}] = 1: a model's plan at a size of 1 is not its plan at other sizes "
-                                f"(a dimension of 1 broadcasts); schedule it at 2 or more")
-    return out, rep
+        choices[name] = list(dict.fromkeys(at[name] if isinstance(at.get(name), (list, tuple)) else [at.get(name, hi)]))
+        for v in choices[name]:
+            if not (isinstance(v, int) and lo <= v <= hi):
+                raise ArgumentError(f"at[{name!r}] = {v!r} is outside dims[{name!r}] = ({lo}, {hi})")
+            if v < 2 <= hi:   # planned at 1, a dimension broadcasts (and its plan is not the others')
+                raise ArgumentError(f"at[{name!r}] = 1: a model's plan at a size of 1 is not its plan at other sizes "
+                                    "(a dimension of 1 broadcasts); schedule it at 2 or more")
+    return out, [dict(zip(out, p)) for p in itertools.product(*choices.values())]
 
 
-def probes(bounds: dict[str, tuple[int, int]], rep: dict[str, int]) -> tuple[list[dict], dict]:
-    """The grid of sizes around `rep` (up to DEGREE + 1 values of each dimension, within its range
-    and not 1; its first point is `rep`) and the largest sizes."""
+def probes(bounds: dict[str, tuple[int, int]], rep: dict[str, int]) -> list[dict]:
+    """The grid of sizes around `rep`: up to DEGREE + 1 values of each dimension, within its range
+    and not 1 (where the range allows), `rep` first."""
     levels = []
     for name, (lo, hi) in bounds.items():
         vals = [v for v in range(rep[name], rep[name] + DEGREE + 1) if v <= hi]
         vals += [v for v in range(rep[name] - 1, max(lo, 2) - 1, -1)][:DEGREE + 1 - len(vals)]   # 1 broadcasts
         levels.append(vals)
-    grid = [dict(zip(bounds, p)) for p in itertools.product(*levels)]
-    return grid, {name: hi for name, (_, hi) in bounds.items()}
+    return [dict(zip(bounds, p)) for p in itertools.product(*levels)]
 
 
 class Poly:

@@ -48,7 +48,9 @@ def load(path: str | os.PathLike) -> Model:
         raise ArtifactError(f"{path}: the system cannot load its kernels' library: {e} (parallel kernels need "
                             "libgomp: Debian's libgomp1)") from None
     try:
-        model = Model(header["plan"], weights, [_binder(lib, k, path) for k in header["plan"]["kernels"]])
+        plan = header["plan"]
+        kernels = [k for s in plan.get("variants") or [{"kernels": plan["kernels"]}] for k in s["kernels"]]
+        model = Model(plan, weights, [_binder(lib, k, path) for k in kernels])
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{path}: corrupt plan: {type(e).__name__}: {e}; save the model again") from None
     model.header, model._library = header, lib

@@ -27,6 +27,11 @@ def shape(s, dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(value(d, dims) for d in s)
 
 
+def nearest(sizes: list[dict[str, int]], dims: dict[str, int]) -> int:
+    """The index of the sizes (each name -> size) nearest `dims`: the least sum of the ratios' logarithms."""
+    return min(range(len(sizes)), key=lambda k: sum(abs(math.log(max(dims[n], 1) / v)) for n, v in sizes[k].items()))
+
+
 def read(inputs: dict[str, tuple], arrays: dict, ranges: dict[str, tuple[int, int]]) -> dict[str, int]:
     """The dimensions' values from the inputs' shapes (a dimension that is an input's whole dimension
     is read there), checked against `ranges` (name -> (lo, hi)) and against every input's shape.

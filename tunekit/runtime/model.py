@@ -10,7 +10,7 @@ import numpy as np
 
 from tunekit.errors import ArgumentError, TunekitError
 from tunekit.memory import empty
-from tunekit.runtime.dims import read, value
+from tunekit.runtime.dims import nearest, read, value
 from tunekit.runtime.dims import shape as dims_shape
 
 #: `plan` (a JSON-able dict), as `Model` reads it:
@@ -22,7 +22,9 @@ from tunekit.runtime.dims import shape as dims_shape
 #: A model compiled for symbolic dimensions also has
 #:   dims: {name: [lo, hi]}: each dimension's range (the buffers are sized for the largest)
 #: and its shapes and offsets may be polynomials of them (`tunekit.runtime.dims`), its kernels'
-#: "sizes" the dimensions each takes after its arrays.
+#: "sizes" the dimensions each takes after its arrays; and, scheduled at several sizes,
+#:   variants: [{at: {name: size}, kernels: [...]}, ...]: a set of kernels per sizes (the first is
+#:   "kernels"); a call runs the set whose sizes are nearest its own.
 PLAN_KEYS = ("buffers", "inputs", "outputs", "kernels", "calls")
 #: how many sets of dimensions keep their bound calls (a generation loop's recent lengths)
 _BOUND_KEPT = 8
@@ -57,6 +59,10 @@ class Model:
         self.plan = plan
         self._buffers = [empty((n,), "uint8") for n in plan["buffers"]]
         self._weights = list(weights)
+        # the sets of kernels (one unless the model was scheduled at several sizes), and where each
+        # set's binders start
+        self._sets = plan.get("variants") or [{"at": {}, "kernels": plan["kernels"]}]
+        self._first = [sum(len(s["kernels"]) for s in self._sets[:k]) for k in range(len(self._sets))]
         self._binders = list(binders)
         self.peak_bytes = sum(plan["buffers"])
         self.weight_bytes = sum(w.nbytes for w in self._weights)
@@ -68,17 +74,25 @@ class Model:
         # bound at the largest sizes until a call says others (what `profile` times before any call)
         self._inputs, self._outputs, self.calls = self._bind({d: hi for d, (_, hi) in self.dims.items()})
 
+    @property
+    def scheduled_at(self) -> dict[str, int]:
+        """The sizes the kernels of the last call were scheduled for ({} for a model of static shapes)."""
+        return dict(self._sets[self._set]["at"])
+
     def _bind(self, dims: dict[str, int]) -> tuple:
-        """The input arrays, output arrays and bound calls at the dimensions `dims` (made once each)."""
-        key, self._dims = tuple(dims.values()), dims
+        """The input arrays, output arrays and bound calls at the dimensions `dims` (made once each):
+        the calls of the kernels scheduled at the sizes nearest them."""
+        self._dims = dims
+        self._set = nearest([s["at"] for s in self._sets], dims) if len(self._sets) > 1 else 0
+        key = tuple(dims.values())
         if key not in self._bound:
             if len(self._bound) >= _BOUND_KEPT:
                 self._bound.pop(next(iter(self._bound)))
-            plan = self.plan
+            plan, kernels, first = self.plan, self._sets[self._set]["kernels"], self._first[self._set]
             inputs = {name: self._array(ref, dims) for name, ref in plan["inputs"].items()}
             outputs = [self._array(ref, dims) for _, ref in plan["outputs"]]
-            calls = [self._binders[c["kernel"]](*(self._array(r, dims) for r in c["args"]),
-                                                **self._sizes(plan["kernels"][c["kernel"]], dims))
+            calls = [self._binders[first + c["kernel"]](*(self._array(r, dims) for r in c["args"]),
+                                                        **self._sizes(kernels[c["kernel"]], dims))
                      for c in plan["calls"]]
             self._bound[key] = inputs, outputs, calls
         return self._bound[key]
@@ -126,7 +140,7 @@ class Model:
         for k, (call, c) in enumerate(zip(self.calls, self.plan["calls"])):
             call()
             s = float(np.median([_seconds(call) for _ in range(repeat)]))
-            kernel = self.plan["kernels"][c["kernel"]]
+            kernel = self._sets[self._set]["kernels"][c["kernel"]]
             rows.append({"layer": c["layer"], "op": c["op"], "template": kernel["template"], "seconds": s,
                          "in_run": float(np.median([run[k] for run in runs])),
                          "gflops": value(kernel["flops"], self._dims) / s / 1e9,

@@ -65,9 +65,12 @@ def load(path: str, dims: dict | None = None):
 def _fix_dims(model, dims: dict, path: str) -> None:
     """Give the inputs' symbolic dimensions the sizes of `dims`; forget the others' (inference finds them)."""
     inits = {i.name for i in model.graph.initializer}
-    for v in model.graph.input:
-        if v.name in inits:
-            continue
+    inputs = [v for v in model.graph.input if v.name not in inits]
+    named = {d.dim_param for v in inputs for d in v.type.tensor_type.shape.dim if d.dim_param}
+    if unknown := sorted(set(dims) - named):
+        raise ModelError(f"{path}: dims names {unknown}, which no input of the model has (its symbolic dimensions: "
+                         f"{', '.join(sorted(named)) or 'none'})")
+    for v in inputs:
         shape = v.type.tensor_type.shape.dim
         if names := [d.dim_param or "?" for d in shape if not d.HasField("dim_value") and d.dim_param not in dims]:
             raise ModelError(f"{path}: input {v.name!r} has symbolic dimensions {names}; give each a range, e.g. "

@@ -77,7 +77,8 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None, b_panel=0):
     cfg.define_split("tile_k", K, num_outputs=2, filter=lambda v: v[1] >= min(K, 64))
     cfg.define_knob("k_outer", [True, False])     # k blocks around the row tiles, or inside each tile
     # pack all of B first, or each panel where it is used (B packed already: neither)
-    cfg.define_knob("pack_root", [False] if b_panel else [False, True])
+    roots = [False] if b_panel else [False, True]
+    cfg.define_knob("pack_root", roots)
 
     def acc(n, m):
         u = n[1] // lanes
@@ -90,7 +91,8 @@ def _packed(cfg, device, batch, M, N, K, dtype, epilogue=None, b_panel=0):
     # the accumulator block stays in L2 (and on the stack)
     block_bytes = min(device.l2_bytes // 2, 256 << 10)
     cfg.constrain(lambda c: c["tile_m"][1] * c["tile_m"][2] * c["tile_n"][1] * 4 <= block_bytes)
-    if nb * M * N >= 64 * 64 and any(balanced(nb * n[0] * m[0], cores) for n in n_c for m in m_c):
+    if nb * M * N >= 64 * 64 and any(balanced(nb * n[0] * (m[0] if root else 1), cores)
+                                     for n in n_c for m in m_c for root in roots):
         cfg.constrain(lambda c: balanced(parallel(c), cores))
     cfg.constrain(lambda c: not c["pack_root"] or c["tile_m"][0] > 1)   # else the same as per panel
     # with one tile per block or one k block both orders are the same program
