@@ -118,7 +118,27 @@ def deploy_rows(doc: dict) -> list[list[str]]:
     return rows
 
 
-ROWS = {"e2e": e2e_row, "matmul": matmul_row, "int8_matmul": int8_matmul_rows, "deploy": deploy_rows}
+def symbolic_rows(doc: dict) -> list[list[str]]:
+    """A row per sequence length: one compiled model for sequences 1..384 (its kernels scheduled at
+    128, or sets of them at 32, 128 and 384) against onnxruntime on the same file; at 128 also the
+    static compile."""
+    f = doc["figures"]
+    t, c = f["latency"], f["compile_s"]
+    rows = []
+    for seq in (32, 128, 384):
+        one, sets, ort = t[f"tunekit symbolic @{seq}"], t[f"tunekit symbolic-sets @{seq}"], t[f"onnxruntime @{seq}"]
+        static = t.get(f"tunekit static @{seq}")
+        name = (f"BERT-base, {seq} tokens, one compiled model for 1..384 tokens (compile_model {c['symbolic']:.0f} s; "
+                f"kernel sets at 32, 128, 384: {c['symbolic-sets']:.0f} s)")
+        rows.append([name, f"scheduled at 128: {ms(one)}; sets: {ms(sets)}",
+                     f"onnxruntime {ms(ort)}" + (f"; tunekit static {ms(static)}" if static else ""),
+                     f"{ratio(ort, one)} / {ratio(ort, sets)} onnxruntime"
+                     + (f"; {ratio(static, one)} static" if static else ""), f"{f['trials_per_task']} a task"])
+    return rows
+
+
+ROWS = {"e2e": e2e_row, "matmul": matmul_row, "int8_matmul": int8_matmul_rows, "deploy": deploy_rows,
+        "symbolic": symbolic_rows}
 
 
 def run_line(key: str, doc: dict) -> str:

@@ -167,3 +167,19 @@ def test_printed_program_shows_the_sizes():
     s[Y].split(Y.op.axis[0], 8)
     text = str(te.lower(s, [X, Y], "k"))
     assert "n: 1..512" in text and "range((n + 7) // 8)" in text and "< n" in text
+
+
+@needs_x86
+def test_rfactor_of_a_symbolic_reduction(x86):
+    # the lanes past the extent add the combiner's identity: a sum and a max over a symbolic length
+    n = ir.size_var("n", 1, 64)
+    X = te.placeholder((3, n), "X")
+    k, k2 = te.reduce_axis(n, "k"), te.reduce_axis(n, "k2")
+    S = te.compute((3,), lambda i: te.sum(X[i, k], axis=k), name="S")
+    M = te.compute((3,), lambda i: te.max(X[i, k2], axis=k2), name="M")
+    s = te.create_schedule([S, M])
+    for t in (S, M):
+        rf = s.rfactor(t, t.op.reduce_axis[0], 8)
+        s[rf].vectorize(s[rf].op.axis[-1])
+    program = te.lower(s, [X, S, M], "rf_sym")
+    _run_both(x86, program, lambda m: ([x := _rand(3, m, seed=m)], [x.sum(1), x.max(1)]), rtol=1e-5, atol=1e-5)

@@ -11,17 +11,12 @@ analysis (regions, buffer sizes, index proofs) uses its largest value, `upper`.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .. import ir
 from ..errors import ScheduleError
 from ..ir.sizes import expr_of, interval, is_symbolic, sizes_of, upper
 from . import bound
 from .schedule import Schedule, Split, Stage
-from .tensor import REDUCE, Reduce, Tensor
-
-_INIT = {"sum": lambda dt: ir.const(0 if "int" in dt else 0.0, dt),
-         "max": lambda dt: ir.const(int(np.iinfo(dt).min) if "int" in dt else float("-inf"), dt)}
+from .tensor import REDUCE, Reduce, Tensor, identity
 
 
 def _combine(comb: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
@@ -159,7 +154,7 @@ class _Lowering:
         if isinstance(body, Reduce):
             src = self._translate(body.source, vals)
             main = ir.Store(buf, flat, _combine(body.combiner, ir.Load(buf, flat), src))
-            init = ir.Store(buf, flat, _INIT[body.combiner](body.dtype))
+            init = ir.Store(buf, flat, identity(body.combiner, body.dtype))
         else:
             main, init = ir.Store(buf, flat, self._translate(body, vals)), None
         leaves = s.leaf

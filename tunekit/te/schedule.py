@@ -14,7 +14,19 @@ from dataclasses import dataclass
 from .. import ir
 from ..errors import ScheduleError
 from ..ir.sizes import is_symbolic
-from .tensor import REDUCE, SPATIAL, ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, _make, compute
+from .tensor import (
+    REDUCE,
+    SPATIAL,
+    ComputeOp,
+    IterVar,
+    PlaceholderOp,
+    Reduce,
+    Tensor,
+    TensorLoad,
+    _make,
+    compute,
+    identity,
+)
 
 
 @dataclass(eq=False)
@@ -205,7 +217,8 @@ class Schedule:
         `rf[..., l] = reduce(body with axis = axis.o * factor + l)` over `axis.o` and
         the other reduction axes, then `t[...] = reduce(rf[..., l])` over l. The lanes
         l are a spatial axis of `rf` (its last), so they can be vectorized. Call it
-        before scheduling `t`'s stage; `factor` must divide `axis.extent`.
+        before scheduling `t`'s stage; `factor` must divide `axis.extent`, unless that is
+        symbolic: then the lanes past it add the combiner's identity.
 
         Returns:
             rf, whose stage is new and comes before `t`'s.
@@ -214,15 +227,18 @@ class Schedule:
         op, body = stage.op, stage.op.body
         if not isinstance(body, Reduce) or axis not in body.axes:
             raise ScheduleError(f"rfactor({t.name}): {axis.name} is not a reduction axis of {t.name}")
-        if stage.relations or is_symbolic(axis.extent) or axis.extent % factor:
+        symbolic = is_symbolic(axis.extent)
+        if stage.relations or not symbolic and axis.extent % factor:
             raise ScheduleError(f"rfactor({t.name}, {axis.name}, {factor}): needs an unscheduled stage and a "
                                 f"factor that divides {axis.extent}")
         new_axis = [IterVar(a.name, ir.INDEX, a.extent, SPATIAL) for a in op.axis]
         lane = IterVar(f"{axis.name}.l", ir.INDEX, factor, SPATIAL)
-        outer = IterVar(f"{axis.name}.o", ir.INDEX, axis.extent // factor, REDUCE)
+        outer = IterVar(f"{axis.name}.o", ir.INDEX, (axis.extent + (factor - 1)) // factor, REDUCE)
         others = {a: IterVar(a.name, ir.INDEX, a.extent, REDUCE) for a in body.axes if a is not axis}
         sub = {**dict(zip(op.axis, new_axis)), **others, axis: outer * factor + lane}
         src = ir.substitute(body.source, sub)
+        if symbolic:
+            src = ir.select(outer * factor + lane < axis.extent, src, identity(body.combiner, body.dtype))
         rf = _make(f"{t.name}.rf", [*new_axis, lane], Reduce(body.combiner, src, (outer, *others.values()), body.dtype))
         r = IterVar(f"{axis.name}.r", ir.INDEX, factor, REDUCE)
         op.body = Reduce(body.combiner, TensorLoad(rf, (*op.axis, r)), (r,), body.dtype)

@@ -16,6 +16,8 @@ import functools
 import inspect
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import ir
 from ..errors import ArgumentError
 
@@ -168,6 +170,13 @@ def _split(name: str, axis: list[IterVar], body: ir.Expr) -> ir.Expr:
         raise ArgumentError(f"compute {name!r}: reduction axis {min(a.name for a in bad)!r} is used outside the "
                             "te.sum/te.max over it; give each reduction its own te.reduce_axis, used only inside it")
     return out
+
+
+def identity(combiner: str, dtype: str) -> ir.Const:
+    """The value a reduction by `combiner` ("sum" or "max") starts from."""
+    if combiner == "sum":
+        return ir.const(0 if "int" in dtype else 0.0, dtype)
+    return ir.const(int(np.iinfo(dtype).min) if "int" in dtype else float("-inf"), dtype)
 
 
 def _reductions(expr) -> list[Reduce]:
