@@ -102,7 +102,8 @@ def compile_symbolic(path: str, target, database, passes, precision, dims: dict,
             for k, params, flops in zip(kernels, fitted["params"], fitted["flops"])]})
         model.kernels += kernels
     model._warn_fallback()
-    plan["dims"], plan["kernels"] = {n: list(b) for n, b in bounds.items()}, tables[0]["kernels"]
+    # a dimension of one size is a constant of the plan, not one a call gives
+    plan["dims"], plan["kernels"] = {n: list(b) for n, b in bounds.items() if b[0] < b[1]}, tables[0]["kernels"]
     if len(tables) > 1:
         plan["variants"] = tables
     for name, ref in plan["inputs"].items():
