@@ -92,18 +92,18 @@ def compile_symbolic(path: str, target, database, passes, precision, dims: dict,
         artifacts = iter(build_all(target, jobs))
     model = CompiledModel.__new__(CompiledModel)
     model.graph, model.target, model.kernels, tables = variants[0][1], target, [], []
+    ranged = [n for n, (lo, hi) in bounds.items() if lo < hi]   # one of one size is a constant, no call's to give
     for rep, _, chosen, _ in variants:
         # a kernel's task is the representative one (what names it, its flops, its records)
         kernels = [loaded(target, ts, index, next(artifacts), tuned) for ts, index, tuned in chosen]
-        tables.append({"at": rep, "kernels": [
+        tables.append({"at": {n: v for n, v in rep.items() if n in ranged}, "kernels": [
             {"symbol": k.artifact.entry, "template": k.template, "flops": flops, "tuned": k.tuned,
              "params": [[n, shape, dtype] for (n, _, dtype), shape in zip(k.params, params)],
              "sizes": [name for name, _, _ in k.artifact.meta.get("sizes", ())]}
             for k, params, flops in zip(kernels, fitted["params"], fitted["flops"])]})
         model.kernels += kernels
     model._warn_fallback()
-    # a dimension of one size is a constant of the plan, not one a call gives
-    plan["dims"], plan["kernels"] = {n: list(b) for n, b in bounds.items() if b[0] < b[1]}, tables[0]["kernels"]
+    plan["dims"], plan["kernels"] = {n: list(bounds[n]) for n in ranged}, tables[0]["kernels"]
     if len(tables) > 1:
         plan["variants"] = tables
     for name, ref in plan["inputs"].items():
