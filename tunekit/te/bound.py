@@ -116,6 +116,8 @@ def _interval(e: ir.Expr, extents: dict) -> tuple[int, int] | None:
     if not isinstance(e, ir.BinOp):
         return None
     a, b = _interval(e.a, extents), _interval(e.b, extents)
+    if e.op == "%" and isinstance(e.b, ir.Const) and e.b.value > 0 and a is None:
+        return 0, int(e.b.value) - 1   # floor modulo by a positive constant, whatever it divides
     if a is None or b is None:
         return None
     if e.op == "+":

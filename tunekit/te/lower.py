@@ -11,9 +11,11 @@ analysis (regions, buffer sizes, index proofs) uses its largest value, `upper`.
 """
 from __future__ import annotations
 
+import functools
+
 from .. import ir
 from ..errors import ScheduleError
-from ..ir.sizes import expr_of, interval, is_symbolic, sizes_of, upper
+from ..ir.sizes import expr_of, is_symbolic, sizes_of, upper
 from . import bound
 from .schedule import Schedule, Split, Stage
 from .tensor import REDUCE, Reduce, Tensor, identity
@@ -43,6 +45,7 @@ class _Lowering:
         self.root_min: dict[Stage, list[dict]] = {}
         self.root_ext: dict[Stage, list[int]] = {}
         self.guards: dict[Stage, list[ir.Expr]] = {}
+        self.clamped: set[Stage] = set()   # stages whose reads of tensors are clamped into their symbolic sizes
         self.bodies = {s: inline(s.op.body, self.inline) for s in self.stages}
         # whether any extent is symbolic (else nothing here reads a size: the common case, kept fast)
         self.symbolic = any(is_symbolic(d) for t in args for d in t.shape) or any(
@@ -87,8 +90,30 @@ class _Lowering:
                 continue
             hi = bound.max_value(start, self.hi)
             mins.append(start), exts.append(extent)
-            guards.append(hi is None or hi + extent > interval(size)[0])
+            if is_symbolic(size):   # within the tensor at every size (a tile count's tiles of a size)?
+                guards.append(not self.fits(bound.to_expr(start) + (extent - 1), size))
+            else:
+                guards.append(hi is None or hi + extent > size)
         return mins, exts, guards
+
+    def fits(self, index: ir.Expr, size) -> bool:
+        """Whether `index` < `size` (symbolic) at every size, its loops over their extents: its largest
+        value, an expression of the sizes, proved no more than size - 1 (terms that cancel)."""
+        form = bound.affine(index, bound.ALL)
+        if form is None:
+            return False
+        top = ir.const(form.get(None, 0))
+        for v, c in form.items():
+            if v is None or c <= 0:
+                continue
+            if isinstance(v, bound.Term) or v not in self.ext:
+                if not isinstance(v, ir.SizeVar):
+                    return False
+                top = top + v * c
+            else:
+                top = top + (self.ext[v] - 1) * c
+        diff = bound.affine(expr_of(size) - 1 - top, bound.ALL)
+        return diff is not None and all(c == 0 for v, c in diff.items() if v is not None) and diff.get(None, 0) >= 0
 
     def _tag(self, v):
         for st in self.stages:
@@ -126,7 +151,11 @@ class _Lowering:
                 vals[r.outer] = vals[r.fused] // self.ext[r.inner]
                 vals[r.inner] = vals[r.fused] % self.ext[r.inner]
         for a, mn, g, size in zip(op.axis, mins, rguards, op.output.shape):
-            if g:
+            if g and is_symbolic(size) and s.scope != "shared":
+                # a region that may pass a symbolic size (a tile of its tail): the extra elements are computed,
+                # from reads clamped into their tensors, and never read, rather than guarded one by one
+                self.clamped.add(s)
+            elif g:
                 guards.append(_simplify(bound.to_expr(mn) + vals[a]) < expr_of(size))
         self.values[s], self.guards[s] = vals, guards
 
@@ -140,9 +169,10 @@ class _Lowering:
         buf = self.buffers[t]
         return _flat(indices, buf.shape, self.hi)
 
-    def _translate(self, expr, vals) -> ir.Expr:
+    def _translate(self, expr, vals, clamped: Stage | None = None) -> ir.Expr:
         # conditions (padding masks) index like loads: simplify their div/mod too
-        return bound.simplify(_Loads(self).visit(ir.substitute(expr, vals)), self.hi)
+        lanes = {iv for iv, (k, _) in clamped.annotations.items() if k == ir.VECTORIZED} if clamped else None
+        return bound.simplify(_Loads(self, lanes).visit(ir.substitute(expr, vals)), self.hi)
 
     def nest(self, s: Stage, tags: dict) -> ir.Stmt:
         op, out = s.op, s.op.output
@@ -152,11 +182,11 @@ class _Lowering:
         flat = self._load(out, idx)
         body = self.bodies[s]
         if isinstance(body, Reduce):
-            src = self._translate(body.source, vals)
+            src = self._translate(body.source, vals, s if s in self.clamped else None)
             main = ir.Store(buf, flat, _combine(body.combiner, ir.Load(buf, flat), src))
             init = ir.Store(buf, flat, identity(body.combiner, body.dtype))
         else:
-            main, init = ir.Store(buf, flat, self._translate(body, vals)), None
+            main, init = ir.Store(buf, flat, self._translate(body, vals, s if s in self.clamped else None)), None
         leaves = s.leaf
         first_red = next((i for i, v in enumerate(leaves) if v.kind == REDUCE), None)
         guards = [(g, ir.free_vars(g)) for g in self.guards[s]]
@@ -261,15 +291,31 @@ class _Inline(ir.Mutator):
         return node
 
 
+class _Root:
+    attach = None
+
+
+_ROOT = _Root()   # what a tensor no stage computes (an argument) is attached to
+
+
 class _Loads(ir.Mutator):
     """Turn tensor reads into loads of their buffers at flat indices."""
 
-    def __init__(self, low: _Lowering):
-        self.low = low
+    def __init__(self, low: _Lowering, lanes: set | None = None):
+        self.low, self.lanes = low, lanes   # lanes: the vectorized loops of a stage whose reads are clamped
 
     def visit_TensorLoad(self, node):
         idx = [self.visit(i) for i in node.indices]
-        return ir.Load(self.low.buffers[node.tensor], self.low._load(node.tensor, idx))
+        t = node.tensor
+        load = lambda ix: ir.Load(self.low.buffers[t], self.low._load(t, ix))
+        if self.lanes is None or isinstance(self.low.stage_of.get(t, _ROOT).attach, tuple):   # a region's buffer
+            return load(idx)
+        # into the tensor: a scalar index clamped, a vector's lanes masked (a masked load, not a gather)
+        past = [is_symbolic(d) and not self.low.fits(i, d) for i, d in zip(idx, t.shape)]
+        masked = [i < expr_of(d) for i, d, p in zip(idx, t.shape, past) if p and ir.free_vars(i) & self.lanes]
+        idx = [ir.min_(i, expr_of(d) - 1) if p and not ir.free_vars(i) & self.lanes else i
+               for i, d, p in zip(idx, t.shape, past)]
+        return ir.select(functools.reduce(ir.and_, masked), load(idx), ir.const(0, t.dtype)) if masked else load(idx)
 
 
 class _Reads(ir.Visitor):

@@ -153,6 +153,10 @@ class ExpressionEmitter(DotEmitter):
         """Floor division / modulo; LLVM folds the adjustment away for operands it
         proves non-negative."""
         b = self.b
+        if _of_sizes(divisor) and not isinstance(divisor, ir.Const):
+            # a divisor of symbolic sizes (a tile count) is at least 1 where a division runs: said so, LLVM may
+            # hoist the division out of loops (it never speculates one that might divide by zero)
+            y = b.call(self.intrinsic("llvm.smax", [y.type], y.type, [y.type, y.type]), [y, y.type(1)])
         if not signed:
             return b.urem(x, y) if mod else b.udiv(x, y)
         q, r = b.sdiv(x, y), b.srem(x, y)
@@ -297,3 +301,10 @@ class ExpressionEmitter(DotEmitter):
             self._unsafe[key] = (e, r)   # keeps e alive so its id is not reused
         return self._unsafe[key][1]
 
+
+
+def _of_sizes(e: ir.Expr) -> bool:
+    """Whether `e` is computed from constants and symbolic sizes alone (a tile count)."""
+    if isinstance(e, (ir.Const, ir.SizeVar)):
+        return True
+    return isinstance(e, ir.BinOp) and _of_sizes(e.a) and _of_sizes(e.b)

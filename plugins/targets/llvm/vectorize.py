@@ -119,7 +119,7 @@ def plan(loop: ir.For) -> str | None:
 
         def visit_BinOp(self, node):
             if node.op in ("//", "%", "/") and not node.dtype.startswith("float") and \
-                    not isinstance(node.b, ir.Const):
+                    not isinstance(node.b, ir.Const) and loop.var in ir.free_vars(node):   # else one scalar, broadcast
                 reason.append("integer division by a variable")
             self.generic_visit(node)
     V().visit(loop.body)
