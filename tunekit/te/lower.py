@@ -85,7 +85,8 @@ class _Lowering:
                                              if v not in fixed and v in self.hi}, fixed)
                    for a in accesses]
             start, extent = _union(rng)
-            if start is None or extent >= upper(size):
+            # (of a symbolic size, the region's static extent, not the whole size: a loop of it is a constant one)
+            if start is None or not is_symbolic(size) and extent >= size:
                 mins.append({None: 0}), exts.append(size), guards.append(False)
                 continue
             hi = bound.max_value(start, self.hi)

@@ -13,7 +13,7 @@ REDUCE_ORDERS = {"c-rs-ci": ("rc", "ry", "rx", "rci"), "c-ci-rs": ("rc", "rci", 
 
 
 def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return (a + (b - 1)) // b   # of a symbolic size, the form lowering gives a split's tile count
 
 
 def registers(device) -> int:
