@@ -72,13 +72,10 @@ class TaskSpec(Section):
     precision: Literal["float32", "bf16"] = Field("float32", description="With model: \"bf16\" runs its matmuls "
                                                   "of constant weights on bfloat16 data and weights with float32 "
                                                   "accumulation (compile it with the same precision).")
-    dims: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(
-        default_factory=dict, description="With model: the sizes of its symbolic dimensions to tune at, e.g. "
-        "{sequence = [32, 128, 512]}: its tasks at each (every combination of them); compile it with `at` one of "
-        "them.")
-    dim_weights: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(
-        default_factory=dict, description="With dims: how much each size of a dimension counts, in the order of "
-        "its dims list, e.g. {sequence = [1, 4, 1]} (default: equally).")
+    dims: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(default_factory=dict, description="With model: "
+        "sizes of its symbolic dimensions to tune at, e.g. {sequence = [32, 128, 512]}: its tasks at each combination.")
+    dim_weights: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(default_factory=dict, description="With dims: "
+        "how much each size counts, in its dims list's order, e.g. {sequence = [1, 4, 1]} (default: equally).")
     compute: str | dict | None = Field(None, description="A computation of your own instead of an op: "
                                        "\"package.module:function\", a function of args returning te tensors "
                                        "(inputs, then outputs); tuned through the generic templates (auto).")
@@ -151,12 +148,11 @@ class TaskSpec(Section):
             if len(ws) != len(self.dims.get(name, ())):
                 raise error([(("dim_weights", name), f"give one weight per size of dims.{name} "
                               f"({self.dims.get(name, [])})", ws)])
-        names = list(self.dims)
-        for sizes in itertools.product(*(list(enumerate(self.dims[n])) for n in names)):
-            point = {n: v for n, (_, v) in zip(names, sizes)}
-            weight = math.prod(self.dim_weights.get(n, [1] * (k + 1))[k] for n, (k, _) in zip(names, sizes))
+        weights = {n: self.dim_weights.get(n, [1] * len(sizes)) for n, sizes in self.dims.items()}
+        for combo in itertools.product(*(zip(self.dims[n], weights[n]) for n in self.dims)):
             try:
-                self._graphs.append((weight, load_graph(str(path), point or None)))
+                self._graphs.append((math.prod(w for _, w in combo),
+                                     load_graph(str(path), dict(zip(self.dims, (v for v, _ in combo))) or None)))
             except TunekitError as e:
                 raise error([(("model",), str(e), self.model)]) from None
         return self
