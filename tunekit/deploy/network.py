@@ -181,11 +181,11 @@ class _Planned:
 def _probe(path, point, target, db, passes, precision) -> tuple:
     """The model planned at sizes `point`: (graph, chosen kernels, layout, weights, what is fitted)."""
     graph, chosen, uses = planned(load_graph(path, point), target, db, passes, precision)
-    layout, weights = lay_out(graph, [_Planned(ts, tuned) for ts, _, tuned in chosen],
-                              [f"k{k}" for k in range(len(chosen))], uses)
+    kernels = [_Planned(ts, tuned) for ts, _, tuned in chosen]
+    layout, weights = lay_out(graph, kernels, [f"k{k}" for k in range(len(chosen))], uses)
     strip = lambda r: {k: v for k, v in r.items() if k != "buffer"}
     sample = {"kernels": [symbolic.payload(ts.task) for ts, _, _ in chosen],
-              "params": [[list(shape) for _, shape, _ in _Planned(ts, False).params] for ts, _, _ in chosen],
+              "params": [[list(shape) for _, shape, _ in k.params] for k in kernels],
               "flops": [ts.task.flops for ts, _, _ in chosen],
               "inputs": {n: strip(r) for n, r in layout["inputs"].items()},
               "outputs": [[n, strip(r)] for n, r in layout["outputs"]],
@@ -219,9 +219,13 @@ def compile_symbolic(path: str, target, database, passes, precision, dims: dict,
                 graph, chosen, layout, weights, sample = _probe(path, point, target, db, passes, precision)
                 _same_layers(path, plan["calls"], largest, layout["calls"], point)
                 for k, w in enumerate(weights):
-                    reader = next((c["layer"] for c in layout["calls"] if any(r.get("weight") == k for r in c["args"])),
-                                  f"weight {k}")
-                    symbolic.prefix_weight(reader, kept[k], w, path)
+                    if not symbolic.is_prefix(kept[k], w):
+                        reader = next(c["layer"] for c in layout["calls"]
+                                      if any(r.get("weight") == k for r in c["args"]))
+                        raise ModelError(f"{path}: a constant that {reader} reads depends on the symbolic dimensions "
+                                         f"in a way one compiled model cannot read (shape {list(w.shape)} at {point}, "
+                                         f"{list(kept[k].shape)} at the largest, and not its leading part); compile "
+                                         "the model with fixed sizes")
                 if point == rep:
                     at_rep = graph, chosen
                 samples.append(sample), points.append(point)

@@ -11,7 +11,7 @@ plan's tasks and configs with those integers symbolic (`tunekit.ir.sizes.SymInt`
 IR and the code generator carry them as kernel arguments); the buffers are the largest plan's.
 
 A constant that depends on the sizes (position ids, their embeddings) must be the leading
-part of its value at the largest sizes, read in place; others are refused, naming the node.
+part of its value at the largest sizes, read in place (`is_prefix`); others are refused.
 """
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ import copy
 import dataclasses
 import functools
 import itertools
+import math
 from fractions import Fraction
 
 import numpy as np
 
 from tunekit import ir
-from tunekit.errors import ArgumentError, ModelError
+from tunekit.errors import ArgumentError
 from tunekit.ir.sizes import SymInt, size_var
 from tunekit.ops.computed import ComputedOp
 
@@ -79,7 +80,7 @@ class Poly:
         self.terms, self.names = {e: c for e, c in terms.items() if c}, names
 
     def at(self, point: dict) -> int:
-        return sum(c * int(np.prod([point[n] ** k for n, k in zip(self.names, e)])) for e, c in self.terms.items())
+        return sum(c * math.prod(point[n] ** k for n, k in zip(self.names, e)) for e, c in self.terms.items())
 
     def text(self) -> str | int:
         """The runtime's form (`tunekit.runtime.dims`): an int, or "64*batch*sequence+64"."""
@@ -107,7 +108,7 @@ def fit(values: list[int], points: list[dict], names: list[str]) -> Poly:
     where no integer polynomial of those degrees is."""
     degs = [min(DEGREE, len({p[n] for p in points}) - 1) for n in names]
     exps = list(itertools.product(*[range(d + 1) for d in degs]))
-    rows = [[Fraction(int(np.prod([p[n] ** k for n, k in zip(names, e)]))) for e in exps] + [Fraction(v)]
+    rows = [[Fraction(math.prod(p[n] ** k for n, k in zip(names, e))) for e in exps] + [Fraction(v)]
             for p, v in zip(points, values)]
     coef = _solve(rows, len(exps))
     if coef is None or any(c.denominator != 1 for c in coef):
@@ -169,26 +170,25 @@ def generalize(samples: list, points: list[dict], names: list[str], path: str = 
     return first
 
 
+def _map(x, fn):
+    """`x` (JSON-like) with each Poly `fn` of it."""
+    if isinstance(x, Poly):
+        return fn(x)
+    if isinstance(x, dict):
+        return {k: _map(v, fn) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map(v, fn) for v in x)
+    return x
+
+
 def texts(x):
     """`x` with each Poly in its runtime form."""
-    if isinstance(x, Poly):
-        return x.text()
-    if isinstance(x, dict):
-        return {k: texts(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [texts(v) for v in x]
-    return x
+    return _map(x, Poly.text)
 
 
 def symbolic(x, rep: dict, sizes: dict[str, ir.SizeVar]):
     """`x` with each Poly a SymInt: its value at `rep` and its expression of `sizes`."""
-    if isinstance(x, Poly):
-        return SymInt(x.at(rep), x.expr(sizes))
-    if isinstance(x, dict):
-        return {k: symbolic(v, rep, sizes) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(symbolic(v, rep, sizes) for v in x)
-    return x
+    return _map(x, lambda p: SymInt(p.at(rep), p.expr(sizes)))
 
 
 def size_vars(bounds: dict[str, tuple[int, int]]) -> dict[str, ir.SizeVar]:
@@ -221,21 +221,11 @@ def symbolic_space(ts, general: dict, rep: dict, sizes: dict):
     return out
 
 
-def prefix_weight(name: str, hi: np.ndarray, probe: np.ndarray, source: str) -> None:
-    """Check that constant `probe` (at some sizes) is the leading part of `hi` (at the largest), read in place.
-
-    Raises:
-        ModelError: it is not, naming the constant.
-    """
-    if hi.shape == probe.shape and np.array_equal(hi, probe):
-        return
-    ok = hi.ndim == probe.ndim
-    if ok:
-        view = hi[tuple(slice(0, d) for d in probe.shape)]
-        varying = [k for k, (a, b) in enumerate(zip(hi.shape, probe.shape)) if a != b]
-        ok = (np.array_equal(view, probe) and len(varying) <= 1
-              and all(d == 1 for d in hi.shape[:varying[0]] if varying))
-    if not ok:
-        raise ModelError(f"{source}: constant {name!r} depends on the symbolic dimensions in a way one compiled model "
-                         f"cannot read (shape {list(probe.shape)} at one size, {list(hi.shape)} at the largest, and "
-                         "not its leading part); compile the model with fixed sizes")
+def is_prefix(hi: np.ndarray, probe: np.ndarray) -> bool:
+    """Whether constant `probe` (at some sizes) is the leading part of `hi` (at the largest), contiguous
+    (so read in place): equal, or varying in one dimension with only 1s before it."""
+    if hi.shape == probe.shape:
+        return np.array_equal(hi, probe)
+    varying = [k for k, (a, b) in enumerate(zip(hi.shape, probe.shape)) if a != b]
+    return (hi.ndim == probe.ndim and len(varying) == 1 and all(d == 1 for d in hi.shape[:varying[0]])
+            and np.array_equal(hi[tuple(slice(0, d) for d in probe.shape)], probe))

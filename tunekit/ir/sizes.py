@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ArgumentError
-from ..runtime.dims import value as dim_value  # noqa: F401  (a dimension's value: the runtime's)
 from .nodes import INDEX, BinOp, Const, Expr, Var
 from .visitor import Visitor
 
@@ -129,19 +128,6 @@ def interval(e) -> tuple[int, int]:
 def upper(e) -> int:
     """The largest value of an extent (an int, or an expression of sizes)."""
     return interval(e)[1]
-
-
-def evaluate(e, sizes: dict) -> int:
-    """The value of an extent for `sizes` (name -> int)."""
-    if isinstance(e, int):
-        return e
-    if isinstance(e, Const):
-        return int(e.value)
-    if isinstance(e, Var):
-        return sizes[e.name]
-    a, b = evaluate(e.a, sizes), evaluate(e.b, sizes)
-    return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0,
-            "min": min(a, b), "max": max(a, b)}[e.op]
 
 
 def monomial(d) -> tuple[int, list[str]] | None:

@@ -144,10 +144,9 @@ class TaskSpec(Section):
                            "model)", None)])
         path = Path(base) / self.model
         self.model = str(path.resolve())   # the recipe's dict (to_dict) then validates from anywhere
-        for name, ws in self.dim_weights.items():
-            if len(ws) != len(self.dims.get(name, ())):
-                raise error([(("dim_weights", name), f"give one weight per size of dims.{name} "
-                              f"({self.dims.get(name, [])})", ws)])
+        if bad := [n for n, ws in self.dim_weights.items() if len(ws) != len(self.dims.get(n, ()))]:
+            raise error([(("dim_weights", bad[0]), f"give one weight per size of dims.{bad[0]}",
+                          self.dim_weights[bad[0]])])
         weights = {n: self.dim_weights.get(n, [1] * len(sizes)) for n, sizes in self.dims.items()}
         for combo in itertools.product(*(zip(self.dims[n], weights[n]) for n in self.dims)):
             try:

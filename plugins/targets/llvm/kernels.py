@@ -10,7 +10,8 @@ import numpy as np
 
 import tunekit
 from tunekit.errors import TunekitError
-from tunekit.ir.sizes import SizeError, bind, dim_value
+from tunekit.ir.sizes import SizeError, bind
+from tunekit.runtime.dims import value as dim_value
 from tunekit.runtime.host import bound, data_pointer
 
 
