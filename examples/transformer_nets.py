@@ -6,6 +6,7 @@ their initial 0 and 1), exported to ONNX by PyTorch's exporter.
     bert(path)  # BERT-base: 12 layers, hidden 768, 12 heads, intermediate 3072; inputs
                 # "input_ids" and "attention_mask", int64 [1, 128]; output the last hidden state
     gpt2(path)  # GPT-2 small, prefill without a cache: input "input_ids" int64 [1, 128]
+    gpt2_cache(path)  # GPT-2 small with its language-model head and key/value cache, for generation
 
 Smaller ones for tests: `bert(path, layers=2, hidden=64, heads=4, intermediate=128, seq=16)`.
 Needs `pip install torch==2.13.0 transformers onnxscript` (onnxscript: the exporter; the
@@ -31,7 +32,7 @@ def flops(net: str, **size) -> int:
     return 2 * L * (T * H * (4 * H + 2 * F) + 2 * T * T * H)
 
 
-def _module(net: str, seed: int, **size):
+def _module(net: str, seed: int, lm: bool = False, **size):
     import torch
     import transformers
     s = {**SIZES[net], **size}
@@ -43,13 +44,16 @@ def _module(net: str, seed: int, **size):
         model = transformers.BertModel(config, add_pooling_layer=False)
     else:
         config = transformers.GPT2Config(vocab_size=s["vocab"], n_embd=s["hidden"], n_layer=s["layers"],
-                                         n_head=s["heads"], n_inner=s["intermediate"], n_positions=1024)
-        model = transformers.GPT2Model(config)
+                                         n_head=s["heads"], n_inner=s["intermediate"], n_positions=1024,
+                                         initializer_range=s.get("init", 0.02))
+        model = (transformers.GPT2LMHeadModel if lm else transformers.GPT2Model)(config)
     with torch.no_grad():   # trained models have biases and LayerNorm weights of their own (the init's are 0 and 1)
         for p in model.parameters():
             if p.ndim == 1:
                 p.add_(0.02 * torch.randn_like(p))
     model.eval()
+    if lm:
+        return model
 
     class LastHidden(torch.nn.Module):
         """The model's last hidden state from its inputs, positionally (as the ONNX file takes them)."""
@@ -73,6 +77,54 @@ def bert_module(seed: int = 0, **size):
 def gpt2_module(seed: int = 0, **size):
     """GPT-2 (default: small) as a torch.nn.Module in eval mode: `module(input_ids)`."""
     return _module("gpt2", seed, **size)
+
+
+def gpt2_lm(seed: int = 0, **size):
+    """GPT-2 (default: small) with its language-model head, the transformers module (its `generate`)."""
+    return _module("gpt2", seed, lm=True, **size)
+
+
+def gpt2_cache(path: str, seed: int = 0, **size) -> str:
+    """Write GPT-2 with its language-model head and key/value cache to `path` as ONNX, as users
+    export it for generation: inputs "input_ids" int64 [1, sequence] and per layer l
+    "past_key_values.{l}.key" and ".value" float32 [1, heads, past, head size]; outputs "logits"
+    [1, sequence, vocab] and "present.{l}.key" and ".value" [1, heads, past + sequence, head size]
+    (the past and the new keys and values). Symbolic "sequence" and "past" (0 for the prompt)."""
+    import contextlib
+    import io
+    import warnings
+
+    import torch
+    from transformers import DynamicCache
+    s = {**GPT2, **size}
+    model, layers = gpt2_lm(seed, **size), s["layers"]
+
+    class WithCache(torch.nn.Module):
+        """The logits and the new cache from the token ids and the cache as tensors (as the file takes them)."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, past):
+            cache = DynamicCache(config=model.config)
+            for layer in range(layers):
+                cache.update(past[2 * layer], past[2 * layer + 1], layer)
+            logits = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True).logits
+            return logits, *(t for layer in cache.layers for t in (layer.keys, layer.values))
+
+    head = (1, s["heads"], 3, s["hidden"] // s["heads"])   # traced at 3 past tokens and 2 new
+    past = tuple(torch.randn(head) for _ in range(2 * layers))
+    ids = torch.from_numpy(inputs("gpt2", seed, **{**size, "seq": 2})["input_ids"])
+    names = [f"past_key_values.{layer}.{kv}" for layer in range(layers) for kv in ("key", "value")]
+    sequence, past_length = torch.export.Dim("sequence", min=1, max=1024), torch.export.Dim("past", min=0, max=1024)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(WithCache().eval(), (ids, past), path, input_names=["input_ids", *names],
+                          output_names=["logits", *(n.replace("past_key_values", "present") for n in names)],
+                          opset_version=OPSET["gpt2"], external_data=False, verbose=False,
+                          dynamic_shapes=({1: sequence}, tuple({2: past_length} for _ in past)))
+    return path
 
 
 def inputs(net: str, seed: int = 0, **size) -> dict[str, np.ndarray]:

@@ -101,11 +101,15 @@ def test_sizes_out_of_range_or_disagreeing_are_clear_errors(bert):
         model(**feeds)
 
 
-def test_plans_that_differ_by_more_than_sizes_are_a_clear_error(tmp_path):
-    path = _small_symbolic(tmp_path)   # few rows run as dense, many as matmul
-    with pytest.raises(ModelError, match=r"layer .* runs matmul at sizes \{'batch': 4, 'seq': 64\} but .* runs dense "
-                                         r"at .*one plan cannot serve both"):
-        _compile(path, dims={"batch": (1, 4), "seq": (1, 64)}, at={"batch": 2, "seq": 4})
+def test_few_rows_at_the_representative_sizes_run_as_dense_at_every_size(tmp_path):
+    path = _small_symbolic(tmp_path)   # 8 rows run as dense, 256 as matmul (the target's dense_rows: 16)
+    sess = ort.InferenceSession(path)
+    for at, op in [({"batch": 2, "seq": 4}, "dense"), ({"batch": 4, "seq": 64}, "matmul")]:
+        model = _compile(path, dims={"batch": (1, 4), "seq": (1, 64)}, at=at)
+        assert [c["op"] for c in model.plan["calls"]][0] == op
+        for shape in [(4, 64, 8), (1, 3, 8)]:
+            x = RNG.standard_normal(shape).astype(np.float32)
+            np.testing.assert_allclose(model(x)[0], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
 def test_an_unbounded_dimension_is_an_error_that_names_it_and_the_fix(bert):
@@ -117,6 +121,8 @@ def test_an_unbounded_dimension_is_an_error_that_names_it_and_the_fix(bert):
         _compile(path, dims={"sequence": (1, 24)})
     with pytest.raises(ArgumentError, match=r"dims\['sequence'\] = \(24, 1\): give a range"):
         _compile(path, dims={"batch": (1, 2), "sequence": (24, 1)})
+    with pytest.raises(ArgumentError, match=r"dims\['sequence'\] = \(0, 0\): give a range .* 1 <= hi"):
+        _compile(path, dims={"batch": (1, 2), "sequence": (0, 0)})
     with pytest.raises(ModelError, match=r"dims names \['past'\], which no input of the model has \(its symbolic "
                                          r"dimensions: batch, sequence\)"):
         _compile(path, dims={"batch": (1, 2), "sequence": (1, 24), "past": (1, 8)})

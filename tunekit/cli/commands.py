@@ -358,6 +358,24 @@ def run_model(args: argparse.Namespace) -> int:
     return run(args, _console(), _table)
 
 
+@command("generate", arg("model", help="a language model exported with its key/value cache (.onnx: "
+                               "past_key_values.N.key in, present.N.key out), or a saved one (.tk)"),
+         arg("--prompt-tokens", type=int, default=32, help="tokens of the prompt (seeded random ids; default 32)"),
+         arg("--new-tokens", type=int, default=64, help="tokens to generate (default 64)"),
+         arg("--target", default="x86", help="target (default x86)"),
+         arg("--database", help="tuning records to use (default: none, every kernel a default config)"),
+         *DIMS_ARGS,
+         help="generate tokens greedily with one compiled model and its key/value cache")
+def generate(args: argparse.Namespace) -> int:
+    """Compile a language model once for every cache length (default dims: past 0 to the
+    prompt and new tokens, sequence 1 to the prompt; --dims and --at override them), then
+    decode greedily: the prompt in one run, then one run per new token, the cache in
+    preallocated buffers. Prints the tokens, the time to the first token and the latency
+    per token; with onnxruntime installed, checks the tokens against its own cache loop."""
+    from tunekit.cli.run import generate_tokens
+    return generate_tokens(args)
+
+
 @command("db", arg("action", choices=["import", "recover"], help="import: add a JSONL log's records to a database; "
                   "recover: copy the readable rows of a damaged database into a new one"),
          arg("source", help="the JSONL log (import) or the damaged database (recover)"),

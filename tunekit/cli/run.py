@@ -153,3 +153,64 @@ def run_model(args: argparse.Namespace, console, table) -> int:
     console.print(f"outputs match onnxruntime (max error {worst:.1e} of the output's range, within {limit:g})",
                   markup=False)
     return 0
+
+
+def generate_tokens(args: argparse.Namespace) -> int:
+    """`tunekit generate` (see its help)."""
+    from tunekit.runtime.generate import generate
+    n, m = args.prompt_tokens, args.new_tokens
+    if args.model.endswith(".tk"):
+        import tunekit.runtime
+        net = tunekit.runtime.load(args.model)
+    else:
+        from tunekit.deploy.network import compile_model
+        given = dims_of(args)
+        dims = given or {"dims": {"past": (0, max(n + m - 2, 1)), "sequence": (1, max(n, 2))},
+                         "at": {"past": max(n + m // 2, 2), "sequence": 2}}
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            net = compile_model(args.model, args.target, args.database, **dims)
+        for w in said:
+            print(f"warning: {w.message}", file=sys.stderr)
+        print(f"compiled {args.model} for {dims['dims']} in {time.perf_counter() - t0:.1f} s")
+    ids = next(name for name in net.inputs if "." not in name)
+    prompt = np.random.default_rng(0).integers(0, net.input_bounds.get(ids, 2), (1, n), dtype=np.int64)
+    out = generate(net, prompt, m)
+    per_token = statistics.median(out.token_s) if out.token_s else float("nan")
+    print(f"tokens: {' '.join(map(str, out.tokens))}")
+    print(f"first token {out.first_token_s * 1e3:.1f} ms (the {n}-token prompt); then {per_token * 1e3:.2f} ms per "
+          f"token (median of {len(out.token_s)}), {1 / per_token:.1f} tokens/s")
+    if args.model.endswith(".tk"):
+        return 0
+    try:
+        want = onnxruntime_tokens(args.model, prompt, m)
+    except ImportError:
+        print("(install onnxruntime to check the tokens against it)")
+        return 0
+    if not np.array_equal(want, out.tokens):
+        first = int(np.argmax(want != out.tokens))
+        raise TunekitError(f"{args.model}: token {first} is {out.tokens[first]}, onnxruntime's is {want[first]}")
+    print(f"the {m} tokens match onnxruntime's (its own cache loop on the same file)")
+    return 0
+
+
+def onnxruntime_tokens(path: str, prompt: np.ndarray, new_tokens: int) -> np.ndarray:
+    """Greedy decoding with onnxruntime on the model file at `path`: the present of each run fed
+    back as the next run's past (its own cache loop, the cache empty for the prompt)."""
+    import onnxruntime
+    sess = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ids_name = next(i.name for i in sess.get_inputs() if "." not in i.name)
+    names = [o.name for o in sess.get_outputs()]
+    # a present output feeds the past input whose name agrees after the first "."
+    fed = {o: i.name for i in sess.get_inputs() for o in names
+           if "." in o and o.split(".", 1)[1] == i.name.split(".", 1)[-1]}
+    feeds = {i.name: np.zeros([0 if isinstance(d, str) and "past" in d else d for d in i.shape], np.float32)
+             for i in sess.get_inputs() if i.name in fed.values()}
+    ids, tokens = prompt, []
+    for _ in range(new_tokens):
+        out = dict(zip(names, sess.run(None, {**feeds, ids_name: ids})))
+        tokens.append(int(np.argmax(next(v for o, v in out.items() if o not in fed)[0, -1])))
+        feeds = {fed[o]: out[o] for o in fed}
+        ids = np.array([[tokens[-1]]], np.int64)
+    return np.array(tokens, np.int64)

@@ -14,7 +14,9 @@ def lay_out(g: Graph, kernels: list[Kernel], symbols: list[str], uses: list[int]
     """The plan of `g` (`tunekit.runtime.model.PLAN_KEYS`) and its weights (aligned copies).
 
     About the two largest activations are live at once. A view lives in its base's buffer,
-    which lives from the first write of it or a view of it to the last read.
+    which lives from the first write of it or a view of it to the last read. The inputs and
+    outputs have buffers of their own, which nothing else uses (a caller may give their arrays:
+    `tunekit.runtime.Model.run`).
 
     Args:
         kernels: the distinct kernels the nodes run.
@@ -38,7 +40,7 @@ def lay_out(g: Graph, kernels: list[Kernel], symbols: list[str], uses: list[int]
         base, offset = (g.views[name][:2]) if name in g.views else (name, 0)
         if base not in raw:
             nbytes = int(np.prod(g.shapes[base])) * itemsize if base != name else size * itemsize
-            fits = [k for k, b in enumerate(free) if sizes[b] >= nbytes]
+            fits = [k for k, b in enumerate(free) if sizes[b] >= nbytes and base not in kept]
             if fits:   # the smallest that fits; of equals, the most recently freed (still in cache)
                 raw[base] = free.pop(min(fits, key=lambda k: (sizes[free[k]], -k)))
             else:
@@ -46,7 +48,7 @@ def lay_out(g: Graph, kernels: list[Kernel], symbols: list[str], uses: list[int]
                 sizes.append(nbytes)
         return {"buffer": raw[base], "offset": offset * itemsize, "shape": list(shape), "dtype": dtype}
 
-    kept = {g.base(o) for o in g.outputs} | set(weight)   # never reused
+    kept = {g.base(o) for o in [*g.inputs, *g.outputs]} | set(weight)   # never reused
     inputs = {name: ref(name, shape, dtype) for name, (shape, dtype) in g.inputs.items()}
     calls = []
     for k, node in enumerate(g.nodes):

@@ -75,10 +75,10 @@ def extract_tasks(path: str, target="x86", search_layouts: bool = False,
                        precision=precision).tasks(search_layouts)
 
 
-def planned(graph: Graph, target, db, passes, precision) -> tuple[Graph, list, list[int]]:
-    """The graph after the passes, its distinct kernels as (task space, config index, tuned), and
-    per node the index of its kernel."""
-    plan = NetworkPlan(graph, target, db, passes, precision)
+def planned(graph: Graph, target, db, passes, precision, dense=None) -> tuple[Graph, list, list[int]]:
+    """The graph after the passes (`dense`: see `NetworkPlan`), its distinct kernels as (task space,
+    config index, tuned), and per node the index of its kernel."""
+    plan = NetworkPlan(graph, target, db, passes, precision, dense)
     compiled = plan.compiled()
     keys: dict[str, int] = {}   # one kernel per distinct (fused) task
     chosen = []
@@ -178,9 +178,9 @@ class _Planned:
         self.params = ts.task.op.buffers(ts.task.args)
 
 
-def _probe(path, point, target, db, passes, precision) -> tuple:
+def _probe(path, point, target, db, passes, precision, dense=None) -> tuple:
     """The model planned at sizes `point`: (graph, chosen kernels, layout, weights, what is fitted)."""
-    graph, chosen, uses = planned(load_graph(path, point), target, db, passes, precision)
+    graph, chosen, uses = planned(load_graph(path, point), target, db, passes, precision, dense)
     kernels = [_Planned(ts, tuned) for ts, _, tuned in chosen]
     layout, weights = lay_out(graph, kernels, [f"k{k}" for k in range(len(chosen))], uses)
     strip = lambda r: {k: v for k, v in r.items() if k != "buffer"}
@@ -209,14 +209,18 @@ def compile_symbolic(path: str, target, database, passes, precision, dims: dict,
     largest = {name: hi for name, (_, hi) in bounds.items()}
     names, sizes = list(bounds), symbolic.size_vars(bounds)
     with closing(Database(database, readonly=True)) if database else nullcontext() as db:
-        top_graph, top_chosen, plan, kept, top = _probe(path, largest, target, db, passes, precision)
+        # the layers that run as dense (few rows) at the first representative sizes do at every size
+        probed = {tuple(reps[0].values()): _probe(path, reps[0], target, db, passes, precision)}
+        dense = frozenset(n.name for n in probed[tuple(reps[0].values())][0].nodes if n.op == "dense")
+        top_graph, top_chosen, plan, kept, top = _probe(path, largest, target, db, passes, precision, dense)
         variants, fitted = [], None
         for rep in reps:
             samples, points, at_rep = [top], [largest], (top_graph, top_chosen)
             for point in symbolic.probes(bounds, rep):
                 if point == largest:
                     continue
-                graph, chosen, layout, weights, sample = _probe(path, point, target, db, passes, precision)
+                graph, chosen, layout, weights, sample = probed.pop(tuple(point.values()), None) or \
+                    _probe(path, point, target, db, passes, precision, dense)
                 _same_layers(path, plan["calls"], largest, layout["calls"], point)
                 for k, w in enumerate(weights):
                     if not symbolic.is_prefix(kept[k], w):

@@ -85,17 +85,19 @@ class NetworkPlan:
         passes: the names of the passes to run (of `PASSES`; None: all).
         precision: "float32", or "bf16": matmuls and convolutions of constant weights with bfloat16
             data and weights and float32 accumulation (the bf16 passes; the rest stays float32).
+        dense: the layers (by name) the dense-rows pass runs as dense whatever their rows (None: by
+            their rows): a symbolic compile keeps its representative sizes' choice at every size.
     Raises:
         ModelError: the target cannot run a node (its dtype, its memory), naming it.
         ArgumentError: an unknown pass name.
     """
 
     def __init__(self, graph: Graph, target, database: Database | None = None, passes: Sequence[str] | None = None,
-                 precision: str = "float32"):
+                 precision: str = "float32", dense: frozenset[str] | None = None):
         if precision not in PRECISIONS:
             raise ArgumentError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
         self.target, self.database = target, _ReadOnce(database) if database is not None else None
-        self.precision = precision
+        self.precision, self.dense = precision, dense
         self.choices = target.network_choices()
         if precision == "bf16" and not self.choices.bf16_dot:
             warnings.warn(f"precision bf16 on {target.name}: it declares no bfloat16 dot instruction (x86: "
@@ -257,7 +259,7 @@ PASSES = (
     Pass("fuse-te", "a frontend's te calls grouped into kernels (left out: one kernel each)",
          lambda graph, plan, by_records: fuse_te(graph)),
     Pass("dense-rows", "products of constant weights with few rows (the target's dense_rows) run as dense",
-         lambda graph, plan, by_records: dense_rows(graph, plan.choices.dense_rows)),
+         lambda graph, plan, by_records: dense_rows(graph, plan.choices.dense_rows, plan.dense)),
     Pass("pack-panels", "constant matmul weights packed in the target's column panels",
          lambda graph, plan, by_records: pack_panels(graph, plan.choices.panel_width)),
     Pass("block-channels", "activations in channel blocks (per tensor by the records with a database)", _block),

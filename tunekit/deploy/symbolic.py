@@ -43,9 +43,9 @@ def ranges(dims: dict, at: dict | None) -> tuple[dict[str, tuple[int, int]], lis
     out = {}
     for name, r in dims.items():
         if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                     for v in r) and 1 <= r[0] <= r[1]):
-            raise ArgumentError(f"dims[{name!r}] = {r!r}: give a range (lo, hi) of sizes, 1 <= lo <= hi, "
-                                f"e.g. dims={{{name!r}: (1, 512)}}")
+                                                                     for v in r) and 0 <= r[0] <= r[1] and r[1] >= 1):
+            raise ArgumentError(f"dims[{name!r}] = {r!r}: give a range (lo, hi) of sizes, 0 <= lo <= hi, 1 <= hi, "
+                                f"e.g. dims={{{name!r}: (1, 512)}} (lo 0: a cache that may be empty)")
         out[name] = (r[0], r[1])
     at = dict(at or {})
     if unknown := sorted(set(at) - set(out)):

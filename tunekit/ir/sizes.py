@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ArgumentError
-from .nodes import INDEX, BinOp, Const, Expr, Var
+from .nodes import INDEX, BinOp, Const, Expr, Stmt, Var
 from .visitor import Visitor
 
 
@@ -83,7 +83,7 @@ def expr_of(e):
 
 
 def sizes_of(*exprs) -> list[SizeVar]:
-    """The SizeVars the expressions (or shapes: tuples of them) read, in first-use order."""
+    """The SizeVars the expressions or statements (or shapes: tuples of them) read, in first-use order."""
     found: dict[SizeVar, None] = {}
 
     class V(Visitor):
@@ -92,7 +92,7 @@ def sizes_of(*exprs) -> list[SizeVar]:
                 found.setdefault(node)
     for e in exprs:
         for x in (e if isinstance(e, (tuple, list)) else (e,)):
-            if isinstance(x, Expr):
+            if isinstance(x, (Expr, Stmt)):
                 V().visit(x)
     return list(found)
 
@@ -144,12 +144,25 @@ def monomial(d) -> tuple[int, list[str]] | None:
 
 
 def dim_data(d) -> int | str:
-    """A parameter's dimension as data: an int, or "12*batch*seq"."""
+    """A parameter's dimension as data: an int, or a sum of constants times products of sizes as
+    `tunekit.runtime.dims` reads it ("12*batch*seq", "past+seq")."""
+    terms = _terms(d)
+    if terms is None:
+        raise SizeError(f"a kernel parameter's dimension {d!r} must be a sum of constants times products of sizes")
+    if all(not names for _, names in terms):
+        return sum(c for c, _ in terms)
+    text = "+".join("*".join(([str(c)] if c != 1 or not names else []) + names) for c, names in terms if c)
+    return text.replace("+-", "-")
+
+
+def _terms(d) -> list[tuple[int, list[str]]] | None:
+    if isinstance(d, BinOp) and d.op in ("+", "-"):
+        a, b = _terms(d.a), _terms(d.b)
+        if a is not None and b is not None:
+            return a + (b if d.op == "+" else [(-c, names) for c, names in b])
+        return None
     m = monomial(d)
-    if m is None:
-        raise SizeError(f"a kernel parameter's dimension {d!r} must be a constant times a product of sizes")
-    c, names = m
-    return c if not names else "*".join(([str(c)] if c != 1 else []) + names)
+    return None if m is None else [m]
 
 
 def bind(entry: str, shapes: list, arrays: list, bounds: dict) -> dict:
@@ -169,7 +182,8 @@ def bind(entry: str, shapes: list, arrays: list, bounds: dict) -> dict:
                     raise SizeError(f"{entry}: size {d!r} is {sizes[d]} in one array and {v} in another")
     for name, (lo, hi) in bounds.items():
         if name not in sizes:
-            raise SizeError(f"{entry}: size {name!r} is no array's dimension; pass arrays whose shapes show it")
+            raise SizeError(f"{entry}: size {name!r} is no array's dimension (its values read it); give the sizes "
+                            "(`bind(..., sizes=[...])`, in the kernel's order)")
         if not lo <= sizes[name] <= hi:
             raise SizeError(f"{entry}: size {name!r} = {sizes[name]} is out of its range {lo}..{hi}")
     return sizes

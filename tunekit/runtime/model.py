@@ -79,19 +79,21 @@ class Model:
         """The sizes the kernels of the last call were scheduled for ({} for a model of static shapes)."""
         return dict(self._sets[self._set]["at"])
 
-    def _bind(self, dims: dict[str, int]) -> tuple:
+    def _bind(self, dims: dict[str, int], given: dict[int, np.ndarray] | None = None) -> tuple:
         """The input arrays, output arrays and bound calls at the dimensions `dims` (made once each):
-        the calls of the kernels scheduled at the sizes nearest them."""
+        the calls of the kernels scheduled at the sizes nearest them; `given`: buffers (by index) that
+        are a caller's arrays (`run`)."""
         self._dims = dims
         self._set = nearest([s["at"] for s in self._sets], dims) if len(self._sets) > 1 else 0
-        key = tuple(dims.values())
+        key = (tuple(dims.values()), *((b, a.ctypes.data) for b, a in (given or {}).items()))
         if key not in self._bound:
             if len(self._bound) >= _BOUND_KEPT:
                 self._bound.pop(next(iter(self._bound)))
             plan, kernels, first = self.plan, self._sets[self._set]["kernels"], self._first[self._set]
-            inputs = {name: self._array(ref, dims) for name, ref in plan["inputs"].items()}
-            outputs = [self._array(ref, dims) for _, ref in plan["outputs"]]
-            calls = [self._binders[first + c["kernel"]](*(self._array(r, dims) for r in c["args"]),
+            array = lambda ref: self._array(ref, dims, given)
+            inputs = {name: array(ref) for name, ref in plan["inputs"].items()}
+            outputs = [array(ref) for _, ref in plan["outputs"]]
+            calls = [self._binders[first + c["kernel"]](*map(array, c["args"]),
                                                         **self._sizes(kernels[c["kernel"]], dims))
                      for c in plan["calls"]]
             self._bound[key] = inputs, outputs, calls
@@ -101,26 +103,52 @@ class Model:
     def _sizes(kernel: dict, dims: dict[str, int]) -> dict:
         return {"sizes": [dims[d] for d in kernel["sizes"]]} if kernel.get("sizes") else {}
 
-    def _array(self, ref: dict, dims: dict[str, int]) -> np.ndarray:
-        base = self._buffers[ref["buffer"]] if "buffer" in ref else self._weights[ref["weight"]]
+    def _array(self, ref: dict, dims: dict[str, int], given: dict[int, np.ndarray] | None = None) -> np.ndarray:
+        if "weight" in ref:
+            base = self._weights[ref["weight"]]
+        else:
+            base = given[ref["buffer"]] if given and ref["buffer"] in given else self._buffers[ref["buffer"]]
         dtype = np.dtype(ref["dtype"])
         start, shape = value(ref.get("offset", 0), dims), dims_shape(ref["shape"], dims)
         stop = start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if given and ref.get("buffer") in given and stop > base.nbytes:
+            raise ArgumentError(f"an array given to run in place has {base.nbytes} bytes; the tensor it holds "
+                                f"needs {stop} at sizes {dims}")
         if not 0 <= start <= stop <= base.nbytes:
             raise PlanError(f"an array of the plan ({ref}) lies outside its buffer of {base.nbytes} bytes")
         return base[start:stop].view(dtype).reshape(shape)
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
         given = {**dict(zip(self.inputs, args)), **named}
-        if unknown := [name for name in given if name not in self.inputs]:
-            raise ArgumentError(f"the model has no input {unknown[0]!r} (inputs: {', '.join(self.inputs)})")
-        if len(args) + len(named) != len(self.inputs):
+        if len(args) + len(named) != len(self.inputs) and not [n for n in given if n not in self.inputs]:
             raise ArgumentError(f"the model takes {len(self.inputs)} inputs ({', '.join(self.inputs)}), "
                                 f"got {len(args) + len(named)}")
-        if self.dims:
-            shapes = {n: s for n, (s, _) in self.inputs.items()}
-            self._inputs, self._outputs, self.calls = self._bind(read(shapes, given, self.dims))
-        for name, value_ in given.items():
+        return [o.copy() for o in self.run(given)]
+
+    def run(self, inputs: dict[str, np.ndarray], arrays: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """Run the model on `inputs` (by name: every input, copied into its buffer), reading and
+        writing `arrays` in place (inputs or outputs by name: a generation loop's cache).
+
+        Args:
+            inputs: the inputs not in `arrays`, by name.
+            arrays: inputs and outputs the call reads and writes where they are: each a C-contiguous
+                numpy array of its dtype, its size at least the tensor's at this call's sizes (the
+                leading bytes are used, as an array of its shape).
+        Returns:
+            the outputs, in order: the given arrays (of the call's shapes) and views of the model's
+            buffers, which the next call overwrites.
+        """
+        arrays = arrays or {}
+        given = {**inputs, **{n: a for n, a in arrays.items() if n in self.inputs}}
+        if unknown := [name for name in given if name not in self.inputs]:
+            raise ArgumentError(f"the model has no input {unknown[0]!r} (inputs: {', '.join(self.inputs)})")
+        if missing := [name for name in self.inputs if name not in given]:
+            raise ArgumentError(f"the model takes {len(self.inputs)} inputs ({', '.join(self.inputs)}); "
+                                f"{', '.join(map(repr, missing))} not given")
+        buffers = self._given(arrays)
+        dims = read({n: s for n, (s, _) in self.inputs.items()}, given, self.dims) if self.dims else {}
+        self._inputs, self._outputs, self.calls = self._bind(dims, buffers)
+        for name, value_ in inputs.items():
             buf = self._inputs[name]
             if np.shape(value_) != buf.shape or np.asarray(value_).dtype != buf.dtype:
                 raise ArgumentError(f"input {name!r} must be a {buf.dtype} array of shape {list(buf.shape)}; got "
@@ -128,7 +156,20 @@ class Model:
             buf[...] = value_
         for call in self.calls:
             call()
-        return [o.copy() for o in self._outputs]
+        return list(self._outputs)
+
+    def _given(self, arrays: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+        """The buffers (by index) that `arrays` (inputs and outputs by name) stand for, as bytes."""
+        refs = {**self.plan["inputs"], **dict(self.plan["outputs"])}
+        out = {}
+        for name, a in arrays.items():
+            if name not in refs:
+                raise ArgumentError(f"the model has no input or output {name!r} (inputs: {', '.join(self.inputs)}; "
+                                    f"outputs: {', '.join(self.output_names)})")
+            if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == refs[name]["dtype"]):
+                raise ArgumentError(f"{name!r}: give a C-contiguous {refs[name]['dtype']} numpy array to run in place")
+            out[refs[name]["buffer"]] = a.reshape(-1).view("uint8")
+        return out
 
     def profile(self, repeat: int = 10) -> list[dict]:
         """Time every layer on the current buffers, the median of `repeat` runs after one warm-up:

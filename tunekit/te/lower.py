@@ -266,9 +266,8 @@ class _Lowering:
         for b in reversed(temps):
             body = ir.Allocate(b, body)
         params = [self.buffers[t] for t in args]
-        sizes = sizes_of(*(b.shape for b in params)) if self.symbolic else []
-        if self.symbolic and (missing := [v.name for v in sizes_of(body) if v not in sizes]):
-            raise ScheduleError(f"{name}: sizes {missing} are read by its loops but are no argument's dimension")
+        # the arguments' dimensions, then sizes only values read (a position: `past + i`)
+        sizes = sizes_of(*(b.shape for b in params), body) if self.symbolic else []
         return ir.Program(name, params, body, sizes=sizes)
 
 

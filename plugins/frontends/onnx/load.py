@@ -52,10 +52,7 @@ def load(path: str, dims: dict | None = None):
     try:
         onnx.checker.check_model(_checkable(model, weights))
         model = as_qdq(model, path)
-        # at sizes for symbolic dimensions (`dims`), a broadcast stays one: its result would be a constant as
-        # large as the sizes, which one compiled model for every size cannot hold
-        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(model), path, weights,
-                                          frozenset({"Expand"}) if dims else frozenset())
+        model, consts, dequantized = fold(onnx.shape_inference.infer_shapes(model), path, weights, bool(dims))
         return onnx.shape_inference.infer_shapes(model, strict_mode=True), consts, dequantized
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ModelError(f"{path}: not a valid ONNX model: {' '.join(str(e).split())}; {REDO} (a truncated or "
@@ -211,17 +208,22 @@ def _reference(n, values: list, opsets) -> list[np.ndarray]:
     return [numpy_helper.to_array(numpy_helper.from_array(np.asarray(v))) for v in got]
 
 
-def fold(model, path: str, weights: dict | None = None, keep_types: frozenset = frozenset()):
+def fold(model, path: str, weights: dict | None = None, sized: bool = False):
     """Return `model` with every node computable at load time (its inputs constants, or a Shape
     or Size of a static shape) replaced by initializers, shapes re-inferred until nothing folds,
     its constants as arrays by name (the initializers, the folded values), and the folded
     DequantizeLinear outputs, each with (quantized, scale, zero point or "", axis). `weights`: the
-    initializers' values, where the model's large ones hold no bytes (`_take_weights`); nodes of
-    `keep_types` stay nodes."""
+    initializers' values, where the model's large ones hold no bytes (`_take_weights`).
+
+    `sized`: the shapes are sizes given for symbolic dimensions, and one compiled model must serve
+    every size. Then a broadcast (Expand) stays a node: its result would be a constant as large as
+    the sizes. So does arithmetic of a tensor with a value read from a shape (positions after a
+    cache: `arange(sequence) + past`): as a constant its values would follow no size."""
     import onnx
     g = model.graph
     consts = dict(weights) if weights is not None else _take_weights(model, path)   # read once: weights are large
     dequantized = {}
+    of_shapes: set[str] = set()   # values computed from tensors' shapes
     while True:
         shapes = _static_shapes(model)
         folded, keep = {}, []
@@ -232,14 +234,17 @@ def fold(model, path: str, weights: dict | None = None, keep_types: frozenset = 
             elif n.op_type in ("Shape", "Size") and n.input[0] in shapes:
                 shape = shapes[n.input[0]]
                 value = [_shape_of(n, shape) if n.op_type == "Shape" else np.array(int(np.prod(shape)), np.int64)]
-            elif n.op_type not in _NOT_FOLDED | keep_types and n.input and n.domain in ("", "ai.onnx") and \
-                    all(not i or i in consts for i in n.input):
+            elif n.op_type not in _NOT_FOLDED and n.input and n.domain in ("", "ai.onnx") and \
+                    all(not i or i in consts for i in n.input) and \
+                    not (sized and _follows_a_size(n, consts, of_shapes)):
                 value = _evaluate(n, [consts[i] if i else None for i in n.input], model.opset_import, path)
             if value is None:
                 keep.append(n)
                 continue
             for name, v in zip(n.output, value):
                 consts[name] = folded[name] = v
+            if n.op_type in ("Shape", "Size") or of_shapes.intersection(n.input):
+                of_shapes.update(n.output)
             if n.op_type == "DequantizeLinear":
                 axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
                 dequantized[n.output[0]] = (*n.input, "")[:3] + (axis,)
@@ -252,6 +257,18 @@ def fold(model, path: str, weights: dict | None = None, keep_types: frozenset = 
         del g.value_info[:]
         model = onnx.shape_inference.infer_shapes(model)
         g = model.graph
+
+
+def _follows_a_size(n, consts: dict, of_shapes: set) -> bool:
+    """Whether node `n`'s value would change with the sizes in a way a constant cannot: a broadcast
+    to them, or arithmetic on a tensor by a value read from a shape."""
+    if n.op_type == "Expand":
+        return True
+    return n.op_type in _ARITHMETIC and any(i in of_shapes and consts[i].size == 1 for i in n.input) and \
+        any(consts[i].size > 1 for i in n.input if i)
+
+
+_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
 def check_dtypes(g, path: str) -> None:
