@@ -6,6 +6,7 @@ The values of the dimensions come from the inputs' shapes at each call (`read`),
 checked against the range the model was compiled for."""
 from __future__ import annotations
 
+import functools
 import math
 
 from tunekit.errors import ArgumentError
@@ -15,12 +16,25 @@ def value(d: int | str, dims: dict[str, int]) -> int:
     """The value of size `d` (an int or a polynomial's text) where the dimensions are `dims`."""
     if isinstance(d, int):
         return d
-    total = 0
-    for term in d.replace("-", "+-").split("+"):
+    return sum(c * math.prod(dims[n] for n in factors) for c, factors in _terms(d))
+
+
+@functools.lru_cache(maxsize=4096)
+def _terms(text: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """A polynomial's text as (coefficient, names) terms (parsed once: a generation step evaluates many)."""
+    out = []
+    for term in text.replace("-", "+-").split("+"):
         if term:
             sign, term = (-1, term[1:]) if term.startswith("-") else (1, term)
-            total += sign * math.prod(int(t) if t.isdigit() else dims[t] for t in term.split("*"))
-    return total
+            factors = term.split("*")
+            out.append((sign * math.prod(int(t) for t in factors if t.isdigit()),
+                        tuple(t for t in factors if not t.isdigit())))
+    return tuple(out)
+
+
+def names(*sizes) -> set[str]:
+    """The dimensions that sizes (ints and polynomials' texts) read."""
+    return {n for d in sizes if isinstance(d, str) for _, factors in _terms(d) for n in factors}
 
 
 def shape(s, dims: dict[str, int]) -> tuple[int, ...]:

@@ -92,6 +92,14 @@ def bound(cfunc, arrays, sizes=()) -> Callable[[], None]:
     return call
 
 
+def resized(call, sizes) -> Callable[[], None]:
+    """`call` (made by `bound`) on the same addresses with other int64 `sizes`: for arrays of the
+    shapes those sizes give at those addresses (which the caller has checked)."""
+    out = functools.partial(call.func, *call.args[:len(call.arrays)], *map(ctypes.c_int64, sizes))
+    out.arrays = call.arrays
+    return out
+
+
 @functools.cache
 def data_pointer() -> Callable[[np.ndarray], int]:
     """The fastest way to an array's data address: read PyArrayObject.data (right after

@@ -3,6 +3,7 @@ arrays allocated once. What `CompiledModel` runs in the compiler's process and w
 `tunekit.runtime.load` runs from a saved file: the same calls on the same plan."""
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -10,8 +11,9 @@ import numpy as np
 
 from tunekit.errors import ArgumentError, TunekitError
 from tunekit.memory import empty
-from tunekit.runtime.dims import nearest, read, value
+from tunekit.runtime.dims import names, nearest, read, value
 from tunekit.runtime.dims import shape as dims_shape
+from tunekit.runtime.host import resized
 
 #: `plan` (a JSON-able dict), as `Model` reads it:
 #:   buffers: [nbytes, ...]: the activation buffers, each allocated once and reused by tensors in turn
@@ -58,6 +60,7 @@ class Model:
         """
         self.plan = plan
         self._buffers = [empty((n,), "uint8") for n in plan["buffers"]]
+        self._addresses = [b.ctypes.data for b in self._buffers]
         self._weights = list(weights)
         # the sets of kernels (one unless the model was scheduled at several sizes), and where each
         # set's binders start
@@ -71,6 +74,20 @@ class Model:
         self.input_bounds = dict(plan.get("input_bounds", {}))
         self.output_names = [name for name, _ in plan["outputs"]]
         self._bound: dict[tuple, tuple] = {}
+        # per call: the dimensions it reads (its arrays' shapes and offsets, its kernels' sizes), the
+        # buffers it reads and writes, and its bound calls by what they depend on: a call is bound again
+        # only when those change (a generation step binds its attention anew, its matmuls not)
+        read = [{d for s in self._sets for d in s["kernels"][c["kernel"]].get("sizes", ())} |
+                names(*(x for r in c["args"] for x in (*r["shape"], r.get("offset", 0)))) for c in plan["calls"]]
+        self._reads = [sorted(set(self.dims) & r) for r in read]
+        self._held = [sorted({r["buffer"] for r in c["args"] if "buffer" in r}) for c in plan["calls"]]
+        self._calls: list[dict] = [{} for _ in plan["calls"]]
+        # a call whose arrays are its kernels' parameters, shape for shape, is bound at other sizes by
+        # giving its kernel the new sizes, where its arrays start where they did (`_resized`)
+        self._by_start: list[dict] = [{} for _ in plan["calls"]]
+        self._same_shapes = [all(r["shape"] == p[1] for s in self._sets
+                                 for r, p in zip(c["args"], s["kernels"][c["kernel"]]["params"]))
+                             for c in plan["calls"]]
         # bound at the largest sizes until a call says others (what `profile` times before any call)
         self._inputs, self._outputs, self.calls = self._bind({d: hi for d, (_, hi) in self.dims.items()})
 
@@ -85,19 +102,45 @@ class Model:
         are a caller's arrays (`run`)."""
         self._dims = dims
         self._set = nearest([s["at"] for s in self._sets], dims) if len(self._sets) > 1 else 0
-        key = (tuple(dims.values()), *((b, a.ctypes.data) for b, a in (given or {}).items()))
+        addresses = {b: a.ctypes.data for b, a in (given or {}).items()}
+        key = (tuple(dims.values()), *addresses.items())
         if key not in self._bound:
             if len(self._bound) >= _BOUND_KEPT:
                 self._bound.pop(next(iter(self._bound)))
-            plan, kernels, first = self.plan, self._sets[self._set]["kernels"], self._first[self._set]
-            array = lambda ref: self._array(ref, dims, given)
-            inputs = {name: array(ref) for name, ref in plan["inputs"].items()}
-            outputs = [array(ref) for _, ref in plan["outputs"]]
-            calls = [self._binders[first + c["kernel"]](*map(array, c["args"]),
-                                                        **self._sizes(kernels[c["kernel"]], dims))
-                     for c in plan["calls"]]
+            inputs = {name: self._array(ref, dims, given) for name, ref in self.plan["inputs"].items()}
+            outputs = [self._array(ref, dims, given) for _, ref in self.plan["outputs"]]
+            calls = [self._call(k, dims, given, addresses) for k in range(len(self.plan["calls"]))]
             self._bound[key] = inputs, outputs, calls
         return self._bound[key]
+
+    def _call(self, k: int, dims: dict[str, int], given: dict | None, addresses: dict[int, int]):
+        """Call `k` bound at `dims` (made again only when what it reads of them changes)."""
+        key = (self._set, *(dims[d] for d in self._reads[k]), *(addresses.get(b) for b in self._held[k]))
+        if (call := self._calls[k].get(key)) is None:
+            if len(self._calls[k]) >= _BOUND_KEPT:
+                self._calls[k].pop(next(iter(self._calls[k])))
+            c, kernel = self.plan["calls"][k], self._sets[self._set]["kernels"][self.plan["calls"][k]["kernel"]]
+            starts = (self._set, *(self._start(r, dims, given, addresses) for r in c["args"]))
+            if self._same_shapes[k] and None not in starts and (last := self._by_start[k].get(starts)):
+                call = resized(last, [dims[d] for d in kernel["sizes"]])
+            else:
+                call = self._binders[self._first[self._set] + c["kernel"]](
+                    *(self._array(r, dims, given) for r in c["args"]), **self._sizes(kernel, dims))
+            self._calls[k][key] = call
+            if len(self._by_start[k]) >= _BOUND_KEPT:
+                self._by_start[k].pop(next(iter(self._by_start[k])))
+            self._by_start[k][starts] = call
+        return call
+
+    def _start(self, ref: dict, dims: dict[str, int], given: dict | None, addresses: dict[int, int]) -> int | None:
+        """The address where `ref` starts at `dims`, or None if it would not fit its buffer (which `_array` tells)."""
+        if "weight" in ref:
+            return self._weights[ref["weight"]].ctypes.data
+        base = given[ref["buffer"]] if given and ref["buffer"] in given else self._buffers[ref["buffer"]]
+        start = value(ref.get("offset", 0), dims)
+        nbytes = math.prod(dims_shape(ref["shape"], dims)) * np.dtype(ref["dtype"]).itemsize
+        return addresses.get(ref["buffer"], self._addresses[ref["buffer"]]) + start \
+            if 0 <= start and start + nbytes <= base.nbytes else None
 
     @staticmethod
     def _sizes(kernel: dict, dims: dict[str, int]) -> dict:
