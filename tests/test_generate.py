@@ -1,7 +1,8 @@
 """GPT-2 generating tokens with its key/value cache: a small GPT-2 exported with the cache
 (symbolic "past" from 0 and "sequence"), compiled once, decodes greedily the tokens that
-onnxruntime decodes running the same file step by step, saved and loaded too; the cache
-is read and written in place; and the errors of a model or sizes that cannot generate."""
+onnxruntime decodes running the same file step by step, saved and loaded too; compiled for
+generation, each step appends the new entries to the cache in place; and the errors of a
+model or sizes that cannot generate."""
 from __future__ import annotations
 
 import platform
@@ -35,10 +36,21 @@ def _compile(path: str, **kw):
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory):
+def path(tmp_path_factory):
     for module in ("torch", "transformers", "onnxscript"):
         require(module, "the generation claims")
-    path = transformer_nets.gpt2_cache(str(tmp_path_factory.mktemp("gen") / "gpt2_cache.onnx"), 1, **SIZE)
+    return transformer_nets.gpt2_cache(str(tmp_path_factory.mktemp("gen") / "gpt2_cache.onnx"), 1, **SIZE)
+
+
+@pytest.fixture(scope="module")
+def gpt2(path):
+    """Compiled for generation: the cache appended to in place."""
+    return path, _compile(path, **DIMS, generation=True)
+
+
+@pytest.fixture(scope="module")
+def plain(path):
+    """Compiled as exported: each step's Concat writes the whole present."""
     return path, _compile(path, **DIMS)
 
 
@@ -46,20 +58,34 @@ def _prompt(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, SIZE["vocab"], (1, n), dtype=np.int64)
 
 
-def test_gpt2_with_its_cache_generates_the_tokens_onnxruntime_does(gpt2):
+def test_gpt2_with_its_cache_generates_the_tokens_onnxruntime_does(gpt2, plain):
     path, model = gpt2
     assert [p for p, _ in cache_pairs(model)][:2] == ["past_key_values.0.key", "past_key_values.0.value"]
     assert model.dims == {"past": (0, 40), "sequence": (1, 16)}
     for n, new in [(12, 24), (16, 25), (1, 8)]:
-        out = generate(model, _prompt(n, n), new)
         want = onnxruntime_tokens(path, _prompt(n, n), new)
-        np.testing.assert_array_equal(out.tokens, want, err_msg=f"{n} prompt tokens")
-        assert len(set(out.tokens.tolist())) > 2   # a model that varies its tokens, so the match says something
-        assert len(out.token_s) == new - 1 and out.first_token_s > 0
+        for net in (model, plain[1]):
+            out = generate(net, _prompt(n, n), new)
+            np.testing.assert_array_equal(out.tokens, want, err_msg=f"{n} prompt tokens")
+            assert len(out.token_s) == new - 1 and out.first_token_s > 0
+        assert len(set(want.tolist())) > 2   # a model that varies its tokens, so the match says something
 
 
-def test_the_cache_is_read_and_written_in_place(gpt2):
-    _, model = gpt2
+def test_compiled_for_generation_a_step_writes_only_the_new_entries(gpt2, plain):
+    for net, appends in ((gpt2[1], True), (plain[1], False)):
+        refs = {**net.plan["inputs"], **dict(net.plan["outputs"])}
+        for past, present in cache_pairs(net):
+            buffer = refs[present]["buffer"]
+            writes = [c["args"][-1] for c in net.plan["calls"] if c["args"][-1].get("buffer") == buffer]
+            if appends:   # the past in place, the only write the new tokens' rows after it
+                assert refs[past]["buffer"] == buffer and net.inputs[past][0] == ("past", 1, 4, 16)
+                assert [(w["offset"], w["shape"]) for w in writes] == [("256*past", ["sequence", 1, 4, 16])]
+            else:         # the exported Concat: the whole present written anew
+                assert refs[past]["buffer"] != buffer and [w["shape"] for w in writes] == [[1, 4, "past+sequence", 16]]
+
+
+def test_the_cache_is_read_and_written_in_place(plain):
+    _, model = plain
     past = np.random.default_rng(0).standard_normal((1, 4, 5, 16)).astype(np.float32)
     feeds = {name: past for name in model.inputs if "." in name}
     ids = _prompt(3)
@@ -89,11 +115,13 @@ def test_tunekit_generate_checks_its_tokens_against_onnxruntime(gpt2, capsys):
     path, _ = gpt2
     assert main(["generate", path, "--prompt-tokens", "6", "--new-tokens", "10"]) == 0
     out = capsys.readouterr().out
-    assert "compiled" in out and "{'past': (0, 14), 'sequence': (1, 6)}" in out
+    assert "compiled" in out and "{'past': (0, 14), 'sequence': (1, 6)} for generation" in out
     assert "ms per token" in out and "the 10 tokens match onnxruntime's" in out
 
 
 def test_sizes_that_cannot_generate_are_clear_errors(gpt2, tmp_path):
+    with pytest.raises(ArgumentError, match=r"generation=True needs the cache's symbolic dimensions"):
+        _compile(gpt2[0], generation=True)
     path, model = gpt2
     with pytest.raises(ArgumentError, match=r"20 prompt tokens and 4 new need .*'sequence' up to 20 .*compile it "
                                             r"with dims=\{'past': \(0, 22\), 'sequence': \(1, 20\)\}"):

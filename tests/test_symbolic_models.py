@@ -169,11 +169,12 @@ def test_a_recipe_tunes_a_model_at_the_sizes_it_names(tmp_path):
     from tunekit.plugin.registry import make_component
     from tunekit.recipe.model import TaskSpec
     path = _small_symbolic(tmp_path)
-    entry = TaskSpec.model_validate({"model": path, "dims": {"batch": [1], "seq": [8, 32]},
-                                     "dim_weights": {"seq": [1, 3]}})
-    entry.on_target(make_component("target", "x86"))
-    products = {t.args["M"]: t.weight for t in entry.tasks() if "M" in t.args}   # dense at 8 rows, matmul at 32
-    assert products == {8: 1, 32: 3}
+    for seqs, op in [([8, 32], "dense"), ([32, 8], "matmul")]:   # as the first sizes run it (8 rows: dense)
+        entry = TaskSpec.model_validate({"model": path, "dims": {"batch": [1], "seq": seqs},
+                                         "dim_weights": {"seq": [1, 3]}})
+        entry.on_target(make_component("target", "x86"))
+        products = {(t.op.name, t.args["M"]): t.weight for t in entry.tasks() if "M" in t.args}
+        assert products == {(op, seqs[0]): 1, (op, seqs[1]): 3}
     with pytest.raises(Exception, match="give one weight per size of dims.seq"):
         TaskSpec.model_validate({"model": path, "dims": {"batch": [1], "seq": [8]}, "dim_weights": {"seq": [1, 2]}})
     with pytest.raises(Exception, match="goes with model"):

@@ -311,6 +311,9 @@ DIMS_ARGS = (arg("--dims", action="append", default=[], metavar="NAME=LO:HI", he
          arg("--database", help="tuning records to use (default: none, every kernel a default config)"),
          arg("--precision", choices=("float32", "bf16"), default="float32", help="as for tunekit run"),
          *DIMS_ARGS,
+         arg("--generation", action="store_true", help="a language model with a key/value cache, for tunekit "
+             "generate: each step appends to the cache in place (the cache then laid out [length, batch, heads, "
+             "head size])"),
          help="compile a model once into one file that tunekit.runtime runs with numpy alone")
 def compile_model(args: argparse.Namespace) -> int:
     """Compile a model with the best records of a database and save it as one file (the
@@ -324,7 +327,8 @@ def compile_model(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        net = compile_(args.model, args.target, args.database, precision=args.precision, **dims_of(args))
+        net = compile_(args.model, args.target, args.database, precision=args.precision, **dims_of(args),
+                       generation=args.generation)
     for w in said:
         print(f"warning: {w.message}", file=sys.stderr)
     net.save(args.output)
@@ -367,11 +371,12 @@ def run_model(args: argparse.Namespace) -> int:
          *DIMS_ARGS,
          help="generate tokens greedily with one compiled model and its key/value cache")
 def generate(args: argparse.Namespace) -> int:
-    """Compile a language model once for every cache length (default dims: past 0 to the
-    prompt and new tokens, sequence 1 to the prompt; --dims and --at override them), then
-    decode greedily: the prompt in one run, then one run per new token, the cache in
-    preallocated buffers. Prints the tokens, the time to the first token and the latency
-    per token; with onnxruntime installed, checks the tokens against its own cache loop."""
+    """Compile a language model once for every cache length, for generation (default dims:
+    past 0 to the prompt and new tokens, sequence 1 to the prompt; --dims and --at override
+    them), or load one saved by `tunekit compile --generation`; then decode greedily: the
+    prompt in one run, then one run per new token, each appending to the cache in place.
+    Prints the tokens, the time to the first token and the latency per token; with
+    onnxruntime installed, checks the tokens against its own cache loop."""
     from tunekit.cli.run import generate_tokens
     return generate_tokens(args)
 

@@ -60,8 +60,9 @@ def lay_out(g: Graph, kernels: list[Kernel], symbols: list[str], uses: list[int]
         free += [raw[b] for b in {g.base(name) for name in node.inputs} if last.get(b) == k and b not in kept]
     outs = {node.output: kernels[uses[k]].params[-1] for k, node in enumerate(g.nodes)}
     shapes = g.output_shapes or [outs[name][1] for name in g.outputs]
-    outputs = [[name, ref(name, shape, outs[name][2] if name in outs else str(g.constants[name].dtype))]
-               for name, shape in zip(g.outputs, shapes)]
+    # an output no node writes whole: a constant, or a tensor its views fill (an appended cache)
+    dtype = lambda name: outs[name][2] if name in outs else g.dtypes.get(name) or str(g.constants[name].dtype)
+    outputs = [[name, ref(name, shape, dtype(name))] for name, shape in zip(g.outputs, shapes)]
     table = [{"symbol": sym, "template": k.template, "flops": k.task.flops, "tuned": k.tuned,
               "params": [[n, list(shape), dtype] for n, shape, dtype in k.params]} for k, sym in zip(kernels, symbols)]
     return {"buffers": sizes, "inputs": inputs, "outputs": outputs, "input_bounds": dict(g.input_bounds),

@@ -75,10 +75,10 @@ def extract_tasks(path: str, target="x86", search_layouts: bool = False,
                        precision=precision).tasks(search_layouts)
 
 
-def planned(graph: Graph, target, db, passes, precision, dense=None) -> tuple[Graph, list, list[int]]:
-    """The graph after the passes (`dense`: see `NetworkPlan`), its distinct kernels as (task space,
-    config index, tuned), and per node the index of its kernel."""
-    plan = NetworkPlan(graph, target, db, passes, precision, dense)
+def planned(graph: Graph, target, db, passes, precision, dense=None, generation=False) -> tuple[Graph, list, list[int]]:
+    """The graph after the passes (`dense`, `generation`: see `NetworkPlan`), its distinct kernels as
+    (task space, config index, tuned), and per node the index of its kernel."""
+    plan = NetworkPlan(graph, target, db, passes, precision, dense, generation)
     compiled = plan.compiled()
     keys: dict[str, int] = {}   # one kernel per distinct (fused) task
     chosen = []
@@ -147,7 +147,8 @@ class CompiledModel(Model):
 
 def compile_model(path: str, target="x86", database: str | None = None,
                   passes: Sequence[str] | None = None, precision: str = "float32",
-                  dims: dict[str, tuple[int, int]] | None = None, at: dict[str, int] | None = None) -> CompiledModel:
+                  dims: dict[str, tuple[int, int]] | None = None, at: dict[str, int] | None = None,
+                  generation: bool = False) -> CompiledModel:
     """Compile the model at `path` for `target` with the best configs in `database`
     (a default config, with one warning listing them, for tasks without a record).
 
@@ -161,12 +162,20 @@ def compile_model(path: str, target="x86", database: str | None = None,
         at: the sizes its kernels are scheduled for and read their records at (default: the largest);
             lists of sizes ({"sequence": [32, 128, 384]}) build kernels for each combination, and a call
             runs those of the nearest.
+        generation: a language model with a key/value cache, for `tunekit.runtime.generate` (needs
+            dims): each past input is the leading part of its present output, in one buffer, and a
+            step appends the new entries alone; the two then take the layout [length, batch, heads,
+            head size] (the model's sequence axis first; the append-cache pass).
     Returns:
         a CompiledModel: `outputs = net(x)`.
     """
     target = make_component("target", target)
     if dims:
-        return compile_symbolic(path, target, database, passes, precision, dims, at)
+        return compile_symbolic(path, {"target": target, "passes": passes, "precision": precision,
+                                       "generation": generation}, database, dims, at)
+    if generation:
+        raise ArgumentError("generation=True needs the cache's symbolic dimensions: dims={'past': (0, P), "
+                            "'sequence': (1, S)}")
     return CompiledModel(load_graph(path), target, database, passes, precision)
 
 
@@ -178,9 +187,10 @@ class _Planned:
         self.params = ts.task.op.buffers(ts.task.args)
 
 
-def _probe(path, point, target, db, passes, precision, dense=None) -> tuple:
-    """The model planned at sizes `point`: (graph, chosen kernels, layout, weights, what is fitted)."""
-    graph, chosen, uses = planned(load_graph(path, point), target, db, passes, precision, dense)
+def _probe(path, point, how: dict, dense=None) -> tuple:
+    """The model planned at sizes `point` (`how`: planned's target, db, passes, precision and
+    generation): (graph, chosen kernels, layout, weights, what is fitted)."""
+    graph, chosen, uses = planned(load_graph(path, point), **how, dense=dense)
     kernels = [_Planned(ts, tuned) for ts, _, tuned in chosen]
     layout, weights = lay_out(graph, kernels, [f"k{k}" for k in range(len(chosen))], uses)
     strip = lambda r: {k: v for k, v in r.items() if k != "buffer"}
@@ -203,16 +213,19 @@ def _same_layers(path: str, calls: list, at: dict, others: list, other: dict) ->
                              "dims, or give `at` sizes nearer the largest")
 
 
-def compile_symbolic(path: str, target, database, passes, precision, dims: dict, at) -> CompiledModel:
-    """`tunekit.compile_model` of a model with symbolic dimensions `dims` (see its doc)."""
+def compile_symbolic(path: str, how: dict, database, dims: dict, at) -> CompiledModel:
+    """`tunekit.compile_model` of a model with symbolic dimensions `dims` (see its doc; `how`: its
+    target, passes, precision and generation)."""
     bounds, reps = symbolic.ranges(dims, at)
     largest = {name: hi for name, (_, hi) in bounds.items()}
     names, sizes = list(bounds), symbolic.size_vars(bounds)
+    target = how["target"]
     with closing(Database(database, readonly=True)) if database else nullcontext() as db:
+        how = {**how, "db": db}
         # the layers that run as dense (few rows) at the first representative sizes do at every size
-        probed = {tuple(reps[0].values()): _probe(path, reps[0], target, db, passes, precision)}
+        probed = {tuple(reps[0].values()): _probe(path, reps[0], how)}
         dense = frozenset(n.name for n in probed[tuple(reps[0].values())][0].nodes if n.op == "dense")
-        top_graph, top_chosen, plan, kept, top = _probe(path, largest, target, db, passes, precision, dense)
+        top_graph, top_chosen, plan, kept, top = _probe(path, largest, how, dense)
         variants, fitted = [], None
         for rep in reps:
             samples, points, at_rep = [top], [largest], (top_graph, top_chosen)
@@ -220,7 +233,7 @@ def compile_symbolic(path: str, target, database, passes, precision, dims: dict,
                 if point == largest:
                     continue
                 graph, chosen, layout, weights, sample = probed.pop(tuple(point.values()), None) or \
-                    _probe(path, point, target, db, passes, precision, dense)
+                    _probe(path, point, how, dense)
                 _same_layers(path, plan["calls"], largest, layout["calls"], point)
                 for k, w in enumerate(weights):
                     if not symbolic.is_prefix(kept[k], w):

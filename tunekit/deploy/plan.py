@@ -10,6 +10,8 @@ The passes, in order (each `Graph -> Graph`, in a module of `tunekit.graph`):
   a residual, ReLU/ReLU6), and a reshape of an op's output is an alias of it;
 - merge-siblings: matmuls of constant weights reading the same data run as one (Q, K, V);
 - bf16: with precision "bf16", matmuls of constant weights run on bfloat16 data and weights;
+- append-cache: for generation, a key/value cache's past the leading part of its present,
+  each step appending the new entries alone;
 - fuse-te: a frontend's te calls grouped into kernels (left out: one kernel each);
 - dense-rows: a product of constant weights with few rows runs as dense;
 - pack-panels: constant matmul weights in the target's column panels;
@@ -35,6 +37,7 @@ from tunekit.graph import Graph, Node
 from tunekit.graph.alternatives import ALTERNATIVES
 from tunekit.graph.bf16 import convs_to_bf16, to_bf16
 from tunekit.graph.blocking import BlockPlan, block_activations, plan_blocks
+from tunekit.graph.cache import append_cache
 from tunekit.graph.dense_rows import dense_rows
 from tunekit.graph.epilogues import fuse_epilogues
 from tunekit.graph.fuse_te import fuse_te
@@ -87,17 +90,18 @@ class NetworkPlan:
             data and weights and float32 accumulation (the bf16 passes; the rest stays float32).
         dense: the layers (by name) the dense-rows pass runs as dense whatever their rows (None: by
             their rows): a symbolic compile keeps its representative sizes' choice at every size.
+        generation: a key/value cache appended to in place (the append-cache pass).
     Raises:
         ModelError: the target cannot run a node (its dtype, its memory), naming it.
         ArgumentError: an unknown pass name.
     """
 
     def __init__(self, graph: Graph, target, database: Database | None = None, passes: Sequence[str] | None = None,
-                 precision: str = "float32", dense: frozenset[str] | None = None):
+                 precision: str = "float32", dense: frozenset[str] | None = None, generation: bool = False):
         if precision not in PRECISIONS:
             raise ArgumentError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
         self.target, self.database = target, _ReadOnce(database) if database is not None else None
-        self.precision, self.dense = precision, dense
+        self.precision, self.dense, self.generation = precision, dense, generation
         self.choices = target.network_choices()
         if precision == "bf16" and not self.choices.bf16_dot:
             warnings.warn(f"precision bf16 on {target.name}: it declares no bfloat16 dot instruction (x86: "
@@ -256,6 +260,9 @@ PASSES = (
          lambda graph, plan, by_records: merge_siblings(graph)),
     Pass("bf16", "with precision bf16: matmuls of constant weights on bfloat16 data and weights (bmatmul)",
          lambda graph, plan, by_records: to_bf16(graph) if plan.precision == "bf16" else graph),
+    Pass("append-cache", "with generation: each past input of a key/value cache the leading part of its present "
+         "output, a step appending the new entries alone",
+         lambda graph, plan, by_records: append_cache(graph) if plan.generation else graph),
     Pass("fuse-te", "a frontend's te calls grouped into kernels (left out: one kernel each)",
          lambda graph, plan, by_records: fuse_te(graph)),
     Pass("dense-rows", "products of constant weights with few rows (the target's dense_rows) run as dense",

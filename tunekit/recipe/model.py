@@ -73,7 +73,8 @@ class TaskSpec(Section):
                                                   "of constant weights on bfloat16 data and weights with float32 "
                                                   "accumulation (compile it with the same precision).")
     dims: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(default_factory=dict, description="With model: "
-        "sizes of its symbolic dimensions to tune at, e.g. {sequence = [32, 128, 512]}: its tasks at each combination.")
+        "sizes of its symbolic dimensions to tune at, e.g. {sequence = [32, 128, 512]}: its tasks at each combination "
+        "(which products run as dense, as compile_model decides at its first `at`, the first sizes decide).")
     dim_weights: dict[str, list[Annotated[int, Field(ge=1)]]] = Field(default_factory=dict, description="With dims: "
         "how much each size counts, in its dims list's order, e.g. {sequence = [1, 4, 1]} (default: equally).")
     compute: str | dict | None = Field(None, description="A computation of your own instead of an op: "
@@ -167,8 +168,12 @@ class TaskSpec(Section):
         if self.model is not None:
             from tunekit.deploy.plan import NetworkPlan
             found: dict[str, list] = {}   # a task of several sizes (one whose shapes do not vary) is tuned once
+            dense = None
             for weight, graph in self._graphs:
-                for t, n in NetworkPlan(graph, target, precision=self.precision).tasks(self.layouts == "search"):
+                plan = NetworkPlan(graph, target, precision=self.precision, dense=dense)
+                if self.dims and dense is None:
+                    dense = frozenset(n.name for n in plan.compiled(by_records=False).nodes if n.op == "dense")
+                for t, n in plan.tasks(self.layouts == "search"):
                     found.setdefault(t.key, [t, 0])[1] += n * weight
             self._model_tasks = [t.weighted(n) for t, n in found.values()]
 

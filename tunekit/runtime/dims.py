@@ -32,6 +32,11 @@ def _terms(text: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
     return tuple(out)
 
 
+def growing(*sizes) -> bool:
+    """Whether no size (ints and polynomials' texts) has a term below 0: each grows with the dimensions."""
+    return all(d >= 0 if isinstance(d, int) else all(c >= 0 for c, _ in _terms(d)) for d in sizes)
+
+
 def names(*sizes) -> set[str]:
     """The dimensions that sizes (ints and polynomials' texts) read."""
     return {n for d in sizes if isinstance(d, str) for _, factors in _terms(d) for n in factors}

@@ -1,13 +1,15 @@
 """Greedy decoding with a language model's key/value cache: one compiled model (symbolic
-"past" and "sequence") runs the prompt and then every new token, its cache kept in two
-preallocated buffers per cached tensor that the calls read and write in place.
+"past" and "sequence") runs the prompt and then every new token, its cache kept in
+preallocated buffers that the calls read and write in place.
 
 A model for generation takes the token ids and, per cached tensor, the past (its "past"
 dimension the tokens before these, 0 for the prompt), and returns the logits and the
 present (the past and the new tokens' entries), as exporters write it (transformers'
-"past_key_values.{l}.key" in, "present.{l}.key" out). A step reads the past from one
-buffer and writes the present into the other; the next step reads that one: no cache is
-copied into or out of the model (the file's own Concat still writes the present whole)."""
+"past_key_values.{l}.key" in, "present.{l}.key" out). Compiled with `generation=True`, its
+past is the leading part of its present in one buffer, and a step writes the new tokens'
+entries alone: nothing of the cache is copied. Compiled without, a step reads the past from
+one buffer and writes the present (the file's Concat: the cache rewritten whole) into
+another, which the next step reads."""
 from __future__ import annotations
 
 import time
@@ -39,7 +41,8 @@ def cache_pairs(model: Model) -> list[tuple[str, str]]:
 
 def generate(model: Model, prompt, new_tokens: int) -> Generation:
     """Decode `new_tokens` greedily after `prompt` (token ids, [n] or [1, n]) with `model`,
-    compiled with a symbolic "past" from 0 (`dims={"past": (0, P), "sequence": (1, S)}`).
+    compiled with a symbolic "past" from 0 (`dims={"past": (0, P), "sequence": (1, S)}`, best
+    with `generation=True`).
 
     Returns:
         a Generation: the new tokens, the seconds to the first and of each later token.
@@ -62,26 +65,34 @@ def generate(model: Model, prompt, new_tokens: int) -> Generation:
                             f"{seq_hi}), and at least one new token: compile it with dims={{{past_dim!r}: (0, "
                             f"{max(n + new_tokens - 2, 1)}), {seq_dim!r}: (1, {n})}}")
     logits = next(name for name in model.output_names if name not in {p for _, p in pairs})
-    # two buffers per cached tensor, each with room for the longest present
+    # per cached tensor, a buffer for the longest present: one where the past is the leading part of the
+    # present (a model compiled with generation=True), else two that the steps alternate between
+    shared = [_buffer(model, past) == _buffer(model, present) for past, present in pairs]
     room = {name: dims_shape(model.inputs[name][0], {past_dim: n + new_tokens - 1, seq_dim: 1}) for name, _ in pairs}
-    buffers = [[empty((int(np.prod(room[name])),), model.inputs[name][1]) for _ in range(2)] for name, _ in pairs]
+    buffers = [[empty((int(np.prod(room[name])),), model.inputs[name][1]) for _ in range(1 if one else 2)]
+               for (name, _), one in zip(pairs, shared)]
     tokens, times, ids, past = [], [], prompt, 0
     for _ in range(new_tokens):
         t0 = time.perf_counter()
         sizes = {past_dim: past, seq_dim: ids.shape[1]}
         grown = {**sizes, past_dim: past + ids.shape[1]}
         arrays = {}
-        for (past_name, present_name), (a, b) in zip(pairs, buffers):
-            arrays[past_name] = _prefix(a, dims_shape(model.inputs[past_name][0], sizes))
-            arrays[present_name] = _prefix(b, dims_shape(model.inputs[past_name][0], grown))
+        for (past_name, present_name), held in zip(pairs, buffers):
+            arrays[past_name] = _prefix(held[0], dims_shape(model.inputs[past_name][0], sizes))
+            arrays[present_name] = _prefix(held[-1], dims_shape(model.inputs[past_name][0], grown))
         outputs = model.run({ids_name: ids}, arrays)
         token = int(np.argmax(outputs[model.output_names.index(logits)][0, -1]))
         times.append(time.perf_counter() - t0)
         tokens.append(token)
         past += ids.shape[1]
         ids = np.array([[token]], np.int64)
-        buffers = [[b, a] for a, b in buffers]
+        buffers = [held[::-1] for held in buffers]
     return Generation(np.array(tokens, np.int64), times[0], times[1:])
+
+
+def _buffer(model: Model, name: str) -> int:
+    refs = {**model.plan["inputs"], **dict(model.plan["outputs"])}
+    return refs[name]["buffer"]
 
 
 def _prefix(buffer: np.ndarray, shape: tuple) -> np.ndarray:

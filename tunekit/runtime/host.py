@@ -92,10 +92,11 @@ def bound(cfunc, arrays, sizes=()) -> Callable[[], None]:
     return call
 
 
-def resized(call, sizes) -> Callable[[], None]:
-    """`call` (made by `bound`) on the same addresses with other int64 `sizes`: for arrays of the
-    shapes those sizes give at those addresses (which the caller has checked)."""
-    out = functools.partial(call.func, *call.args[:len(call.arrays)], *map(ctypes.c_int64, sizes))
+def resized(call, sizes, addresses=None) -> Callable[[], None]:
+    """`call` (made by `bound`) with other int64 `sizes`, on the same addresses or on `addresses`:
+    for arrays of the shapes those sizes give there (which the caller has checked)."""
+    pointers = call.args[:len(call.arrays)] if addresses is None else map(ctypes.c_void_p, addresses)
+    out = functools.partial(call.func, *pointers, *map(ctypes.c_int64, sizes))
     out.arrays = call.arrays
     return out
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from tunekit.errors import ArgumentError, TunekitError
 from tunekit.memory import empty
-from tunekit.runtime.dims import names, nearest, read, value
+from tunekit.runtime.dims import growing, names, nearest, read, value
 from tunekit.runtime.dims import shape as dims_shape
 from tunekit.runtime.host import resized
 
@@ -83,11 +83,15 @@ class Model:
         self._held = [sorted({r["buffer"] for r in c["args"] if "buffer" in r}) for c in plan["calls"]]
         self._calls: list[dict] = [{} for _ in plan["calls"]]
         # a call whose arrays are its kernels' parameters, shape for shape, is bound at other sizes by
-        # giving its kernel the new sizes, where its arrays start where they did (`_resized`)
-        self._by_start: list[dict] = [{} for _ in plan["calls"]]
+        # giving its kernel the new sizes and, where they moved, its arrays' addresses (`host.resized`)
+        self._by_start: list[dict] = [{} for _ in plan["calls"]]   # by the given arrays it holds, and the last
         self._same_shapes = [all(r["shape"] == p[1] for s in self._sets
                                  for r, p in zip(c["args"], s["kernels"][c["kernel"]]["params"]))
                              for c in plan["calls"]]
+        # ... and where its arrays start at fixed offsets and grow with the dimensions (no term below 0),
+        # they start where they did and fit their buffers at every size in range (as at the largest)
+        self._fixed = [all(isinstance(r.get("offset", 0), int) and growing(*r["shape"]) for r in c["args"])
+                       for c in plan["calls"]]
         # bound at the largest sizes until a call says others (what `profile` times before any call)
         self._inputs, self._outputs, self.calls = self._bind({d: hi for d, (_, hi) in self.dims.items()})
 
@@ -120,16 +124,21 @@ class Model:
             if len(self._calls[k]) >= _BOUND_KEPT:
                 self._calls[k].pop(next(iter(self._calls[k])))
             c, kernel = self.plan["calls"][k], self._sets[self._set]["kernels"][self.plan["calls"][k]["kernel"]]
-            starts = (self._set, *(self._start(r, dims, given, addresses) for r in c["args"]))
-            if self._same_shapes[k] and None not in starts and (last := self._by_start[k].get(starts)):
-                call = resized(last, [dims[d] for d in kernel["sizes"]])
+            sizes = [dims[d] for d in kernel.get("sizes", ())]
+            if self._same_shapes[k] and self._fixed[k] and \
+                    (last := self._by_start[k].get((self._set, *(addresses.get(b) for b in self._held[k])))):
+                call = resized(last, sizes)   # its arrays where they were
+            elif self._same_shapes[k] and (last := self._by_start[k].get(self._set)) and \
+                    None not in (starts := [self._start(r, dims, given, addresses) for r in c["args"]]):
+                call = resized(last, sizes, starts)   # its arrays elsewhere in their buffers (checked there)
             else:
                 call = self._binders[self._first[self._set] + c["kernel"]](
                     *(self._array(r, dims, given) for r in c["args"]), **self._sizes(kernel, dims))
             self._calls[k][key] = call
             if len(self._by_start[k]) >= _BOUND_KEPT:
                 self._by_start[k].pop(next(iter(self._by_start[k])))
-            self._by_start[k][starts] = call
+            self._by_start[k][self._set] = self._by_start[k][(self._set, *(addresses.get(b) for b in self._held[k]))] \
+                = call
         return call
 
     def _start(self, ref: dict, dims: dict[str, int], given: dict | None, addresses: dict[int, int]) -> int | None:
@@ -138,9 +147,14 @@ class Model:
             return self._weights[ref["weight"]].ctypes.data
         base = given[ref["buffer"]] if given and ref["buffer"] in given else self._buffers[ref["buffer"]]
         start = value(ref.get("offset", 0), dims)
-        nbytes = math.prod(dims_shape(ref["shape"], dims)) * np.dtype(ref["dtype"]).itemsize
         return addresses.get(ref["buffer"], self._addresses[ref["buffer"]]) + start \
-            if 0 <= start and start + nbytes <= base.nbytes else None
+            if 0 <= start <= self._nbytes(ref, dims) <= base.nbytes else None
+
+    @staticmethod
+    def _nbytes(ref: dict, dims: dict[str, int]) -> int:
+        """Where the array of `ref` ends in its buffer, in bytes, at `dims`."""
+        return value(ref.get("offset", 0), dims) + \
+            math.prod(dims_shape(ref["shape"], dims)) * np.dtype(ref["dtype"]).itemsize
 
     @staticmethod
     def _sizes(kernel: dict, dims: dict[str, int]) -> dict:
@@ -154,9 +168,6 @@ class Model:
         dtype = np.dtype(ref["dtype"])
         start, shape = value(ref.get("offset", 0), dims), dims_shape(ref["shape"], dims)
         stop = start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if given and ref.get("buffer") in given and stop > base.nbytes:
-            raise ArgumentError(f"an array given to run in place has {base.nbytes} bytes; the tensor it holds "
-                                f"needs {stop} at sizes {dims}")
         if not 0 <= start <= stop <= base.nbytes:
             raise PlanError(f"an array of the plan ({ref}) lies outside its buffer of {base.nbytes} bytes")
         return base[start:stop].view(dtype).reshape(shape)
@@ -190,6 +201,11 @@ class Model:
                                 f"{', '.join(map(repr, missing))} not given")
         buffers = self._given(arrays)
         dims = read({n: s for n, (s, _) in self.inputs.items()}, given, self.dims) if self.dims else {}
+        refs = {**self.plan["inputs"], **dict(self.plan["outputs"])}
+        for name, a in arrays.items():
+            if (need := self._nbytes(refs[name], dims)) > a.nbytes:
+                raise ArgumentError(f"{name!r}: the array given to run in place has {a.nbytes} bytes; the tensor it "
+                                    f"holds needs {need} at sizes {dims}")
         self._inputs, self._outputs, self.calls = self._bind(dims, buffers)
         for name, value_ in inputs.items():
             buf = self._inputs[name]
@@ -211,7 +227,11 @@ class Model:
                                     f"outputs: {', '.join(self.output_names)})")
             if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == refs[name]["dtype"]):
                 raise ArgumentError(f"{name!r}: give a C-contiguous {refs[name]['dtype']} numpy array to run in place")
-            out[refs[name]["buffer"]] = a.reshape(-1).view("uint8")
+            b, data = refs[name]["buffer"], a.reshape(-1).view("uint8")
+            if b in out and out[b].ctypes.data != data.ctypes.data:
+                raise ArgumentError(f"{name!r} shares its buffer with another input or output given (a past and its "
+                                    "present: a model compiled for generation): give arrays that start at one address")
+            out[b] = data if b not in out or data.nbytes > out[b].nbytes else out[b]   # the larger of the two
         return out
 
     def profile(self, repeat: int = 10) -> list[dict]:

@@ -35,8 +35,9 @@ def dense_rows(cfg, device, M, N, K, dtype="float32", **epilogue):
 
     s = te.create_schedule(out)
     m, n = s[out].op.axis
-    no, _ = s[out].split(n, nt)
-    par = s[out].fuse(m, no)
+    no, ni = s[out].split(n, nt)
+    s[out].reorder(no, m, ni)   # every row of a task's weight rows in turn: the weights read once for all rows
+    par = s[out].fuse(no, m)
     s[out].parallel(par)
     if acc is not out:
         s[acc].compute_at(s[out], par)
