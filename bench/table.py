@@ -137,8 +137,28 @@ def symbolic_rows(doc: dict) -> list[list[str]]:
     return rows
 
 
+def generate_rows(doc: dict) -> list[list[str]]:
+    """Two rows, GPT-2 small generating 64 tokens after 32 with its cache: the latency per token
+    (with the bandwidth it reaches) and the time to the first token, against onnxruntime's cache
+    loop on the same file and PyTorch's generate."""
+    f = doc["figures"]
+    tok, first, bw = f["per_token"], f["first_token"], f["read_bandwidth"]
+    gbs = lambda t: f"{f['step_bytes'] / t['median'] / 1e9:.1f} GB/s"
+    name = (f"GPT-2 small generating {f['new_tokens']} tokens after {f['prompt_tokens']}, its cache in place "
+            f"(compile_model {f['compile_s']:.0f} s; the same tokens as the baselines: {f['same_tokens']})")
+    return [[f"{name}: per token", f"{ms(tok['tunekit'])}, {gbs(tok['tunekit'])} of {bw / 1e9:.0f} GB/s read",
+             f"onnxruntime {ms(tok['onnxruntime'])}, {gbs(tok['onnxruntime'])}; PyTorch {ms(tok['pytorch'])}",
+             f"{ratio(tok['onnxruntime'], tok['tunekit'])} onnxruntime; "
+             f"{ratio(tok['pytorch'], tok['tunekit'])} PyTorch",
+             f"{f['trials_per_task']} a task"],
+            [f"{name}: first token (the prompt)", ms(first["tunekit"]),
+             f"onnxruntime {ms(first['onnxruntime'])}; PyTorch {ms(first['pytorch'])}",
+             f"{ratio(first['onnxruntime'], first['tunekit'])} onnxruntime; "
+             f"{ratio(first['pytorch'], first['tunekit'])} PyTorch", f"{f['trials_per_task']} a task"]]
+
+
 ROWS = {"e2e": e2e_row, "matmul": matmul_row, "int8_matmul": int8_matmul_rows, "deploy": deploy_rows,
-        "symbolic": symbolic_rows}
+        "symbolic": symbolic_rows, "generate": generate_rows}
 
 
 def run_line(key: str, doc: dict) -> str:

@@ -3,17 +3,15 @@ arrays allocated once. What `CompiledModel` runs in the compiler's process and w
 `tunekit.runtime.load` runs from a saved file: the same calls on the same plan."""
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tunekit.errors import ArgumentError, TunekitError
+from tunekit.errors import ArgumentError
 from tunekit.memory import empty
-from tunekit.runtime.dims import growing, names, nearest, read, value
-from tunekit.runtime.dims import shape as dims_shape
-from tunekit.runtime.host import resized
+from tunekit.runtime.binding import KEPT, Binding, PlanError, end
+from tunekit.runtime.dims import nearest, read, value
 
 #: `plan` (a JSON-able dict), as `Model` reads it:
 #:   buffers: [nbytes, ...]: the activation buffers, each allocated once and reused by tensors in turn
@@ -28,12 +26,7 @@ from tunekit.runtime.host import resized
 #:   variants: [{at: {name: size}, kernels: [...]}, ...]: a set of kernels per sizes (the first is
 #:   "kernels"); a call runs the set whose sizes are nearest its own.
 PLAN_KEYS = ("buffers", "inputs", "outputs", "kernels", "calls")
-#: how many sets of dimensions keep their bound calls (a generation loop's recent lengths)
-_BOUND_KEPT = 8
-
-
-class PlanError(TunekitError, ValueError):
-    """A plan that does not hold together (a corrupt file): it would read or write out of bounds."""
+__all__ = ["PLAN_KEYS", "Model", "PlanError"]
 
 
 class Model:
@@ -60,13 +53,10 @@ class Model:
         """
         self.plan = plan
         self._buffers = [empty((n,), "uint8") for n in plan["buffers"]]
-        self._addresses = [b.ctypes.data for b in self._buffers]
         self._weights = list(weights)
         # the sets of kernels (one unless the model was scheduled at several sizes), and where each
         # set's binders start
         self._sets = plan.get("variants") or [{"at": {}, "kernels": plan["kernels"]}]
-        self._first = [sum(len(s["kernels"]) for s in self._sets[:k]) for k in range(len(self._sets))]
-        self._binders = list(binders)
         self.peak_bytes = sum(plan["buffers"])
         self.weight_bytes = sum(w.nbytes for w in self._weights)
         self.dims = {name: (int(lo), int(hi)) for name, (lo, hi) in plan.get("dims", {}).items()}
@@ -74,24 +64,7 @@ class Model:
         self.input_bounds = dict(plan.get("input_bounds", {}))
         self.output_names = [name for name, _ in plan["outputs"]]
         self._bound: dict[tuple, tuple] = {}
-        # per call: the dimensions it reads (its arrays' shapes and offsets, its kernels' sizes), the
-        # buffers it reads and writes, and its bound calls by what they depend on: a call is bound again
-        # only when those change (a generation step binds its attention anew, its matmuls not)
-        read = [{d for s in self._sets for d in s["kernels"][c["kernel"]].get("sizes", ())} |
-                names(*(x for r in c["args"] for x in (*r["shape"], r.get("offset", 0)))) for c in plan["calls"]]
-        self._reads = [sorted(set(self.dims) & r) for r in read]
-        self._held = [sorted({r["buffer"] for r in c["args"] if "buffer" in r}) for c in plan["calls"]]
-        self._calls: list[dict] = [{} for _ in plan["calls"]]
-        # a call whose arrays are its kernels' parameters, shape for shape, is bound at other sizes by
-        # giving its kernel the new sizes and, where they moved, its arrays' addresses (`host.resized`)
-        self._by_start: list[dict] = [{} for _ in plan["calls"]]   # by the given arrays it holds, and the last
-        self._same_shapes = [all(r["shape"] == p[1] for s in self._sets
-                                 for r, p in zip(c["args"], s["kernels"][c["kernel"]]["params"]))
-                             for c in plan["calls"]]
-        # ... and where its arrays start at fixed offsets and grow with the dimensions (no term below 0),
-        # they start where they did and fit their buffers at every size in range (as at the largest)
-        self._fixed = [all(isinstance(r.get("offset", 0), int) and growing(*r["shape"]) for r in c["args"])
-                       for c in plan["calls"]]
+        self._binding = Binding(plan, self._sets, binders, self._buffers, self._weights)
         # bound at the largest sizes until a call says others (what `profile` times before any call)
         self._inputs, self._outputs, self.calls = self._bind({d: hi for d, (_, hi) in self.dims.items()})
 
@@ -109,68 +82,14 @@ class Model:
         addresses = {b: a.ctypes.data for b, a in (given or {}).items()}
         key = (tuple(dims.values()), *addresses.items())
         if key not in self._bound:
-            if len(self._bound) >= _BOUND_KEPT:
+            if len(self._bound) >= KEPT:
                 self._bound.pop(next(iter(self._bound)))
-            inputs = {name: self._array(ref, dims, given) for name, ref in self.plan["inputs"].items()}
-            outputs = [self._array(ref, dims, given) for _, ref in self.plan["outputs"]]
-            calls = [self._call(k, dims, given, addresses) for k in range(len(self.plan["calls"]))]
+            array = lambda ref: self._binding.array(ref, dims, given)
+            calls = [self._binding.call(k, self._set, dims, given, addresses) for k in range(len(self.plan["calls"]))]
+            inputs = {name: array(ref) for name, ref in self.plan["inputs"].items()}
+            outputs = [array(ref) for _, ref in self.plan["outputs"]]
             self._bound[key] = inputs, outputs, calls
         return self._bound[key]
-
-    def _call(self, k: int, dims: dict[str, int], given: dict | None, addresses: dict[int, int]):
-        """Call `k` bound at `dims` (made again only when what it reads of them changes)."""
-        key = (self._set, *(dims[d] for d in self._reads[k]), *(addresses.get(b) for b in self._held[k]))
-        if (call := self._calls[k].get(key)) is None:
-            if len(self._calls[k]) >= _BOUND_KEPT:
-                self._calls[k].pop(next(iter(self._calls[k])))
-            c, kernel = self.plan["calls"][k], self._sets[self._set]["kernels"][self.plan["calls"][k]["kernel"]]
-            sizes = [dims[d] for d in kernel.get("sizes", ())]
-            if self._same_shapes[k] and self._fixed[k] and \
-                    (last := self._by_start[k].get((self._set, *(addresses.get(b) for b in self._held[k])))):
-                call = resized(last, sizes)   # its arrays where they were
-            elif self._same_shapes[k] and (last := self._by_start[k].get(self._set)) and \
-                    None not in (starts := [self._start(r, dims, given, addresses) for r in c["args"]]):
-                call = resized(last, sizes, starts)   # its arrays elsewhere in their buffers (checked there)
-            else:
-                call = self._binders[self._first[self._set] + c["kernel"]](
-                    *(self._array(r, dims, given) for r in c["args"]), **self._sizes(kernel, dims))
-            self._calls[k][key] = call
-            if len(self._by_start[k]) >= _BOUND_KEPT:
-                self._by_start[k].pop(next(iter(self._by_start[k])))
-            self._by_start[k][self._set] = self._by_start[k][(self._set, *(addresses.get(b) for b in self._held[k]))] \
-                = call
-        return call
-
-    def _start(self, ref: dict, dims: dict[str, int], given: dict | None, addresses: dict[int, int]) -> int | None:
-        """The address where `ref` starts at `dims`, or None if it would not fit its buffer (which `_array` tells)."""
-        if "weight" in ref:
-            return self._weights[ref["weight"]].ctypes.data
-        base = given[ref["buffer"]] if given and ref["buffer"] in given else self._buffers[ref["buffer"]]
-        start = value(ref.get("offset", 0), dims)
-        return addresses.get(ref["buffer"], self._addresses[ref["buffer"]]) + start \
-            if 0 <= start <= self._nbytes(ref, dims) <= base.nbytes else None
-
-    @staticmethod
-    def _nbytes(ref: dict, dims: dict[str, int]) -> int:
-        """Where the array of `ref` ends in its buffer, in bytes, at `dims`."""
-        return value(ref.get("offset", 0), dims) + \
-            math.prod(dims_shape(ref["shape"], dims)) * np.dtype(ref["dtype"]).itemsize
-
-    @staticmethod
-    def _sizes(kernel: dict, dims: dict[str, int]) -> dict:
-        return {"sizes": [dims[d] for d in kernel["sizes"]]} if kernel.get("sizes") else {}
-
-    def _array(self, ref: dict, dims: dict[str, int], given: dict[int, np.ndarray] | None = None) -> np.ndarray:
-        if "weight" in ref:
-            base = self._weights[ref["weight"]]
-        else:
-            base = given[ref["buffer"]] if given and ref["buffer"] in given else self._buffers[ref["buffer"]]
-        dtype = np.dtype(ref["dtype"])
-        start, shape = value(ref.get("offset", 0), dims), dims_shape(ref["shape"], dims)
-        stop = start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if not 0 <= start <= stop <= base.nbytes:
-            raise PlanError(f"an array of the plan ({ref}) lies outside its buffer of {base.nbytes} bytes")
-        return base[start:stop].view(dtype).reshape(shape)
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
         given = {**dict(zip(self.inputs, args)), **named}
@@ -203,7 +122,7 @@ class Model:
         dims = read({n: s for n, (s, _) in self.inputs.items()}, given, self.dims) if self.dims else {}
         refs = {**self.plan["inputs"], **dict(self.plan["outputs"])}
         for name, a in arrays.items():
-            if (need := self._nbytes(refs[name], dims)) > a.nbytes:
+            if (need := end(refs[name], dims)) > a.nbytes:
                 raise ArgumentError(f"{name!r}: the array given to run in place has {a.nbytes} bytes; the tensor it "
                                     f"holds needs {need} at sizes {dims}")
         self._inputs, self._outputs, self.calls = self._bind(dims, buffers)
