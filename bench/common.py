@@ -2,6 +2,7 @@
 tuning results per task over all its templates."""
 from __future__ import annotations
 
+import argparse
 import math
 import multiprocessing as mp
 import os
@@ -289,21 +290,38 @@ class Timing(tuple):
         return {"median": self[0], "min": self[1], "max": self[2], "rounds": self.rounds}
 
 
-def alternate(sides: dict, rounds: int = 3) -> dict:
-    """Time each side in its own fresh process, `rounds` rounds, the order of the sides rotating from
+def rotate(sides: dict, rounds: int = 3) -> dict:
+    """Run each side in its own fresh process, `rounds` rounds, the order of the sides rotating from
     round to round (ABC, BCA, CAB, ...) so that no side always runs first or after the same one.
-    sides: name -> (fn, args), fn returning a list of seconds (its repeats; [] = nothing to time).
-
-    Returns name -> Timing: (median, min, max) over the rounds of each round's median (the headline and
-    the spread: never the best round alone), or None for a side that timed nothing."""
+    sides: name -> (fn, args). Returns name -> what fn returned, per round."""
     names = list(sides)
     got: dict = {k: [] for k in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn, args = sides[name]
-            if secs := in_process(fn, *args):
-                got[name].append(statistics.median(secs))
+            got[name].append(in_process(fn, *args))
+    return got
+
+
+def alternate(sides: dict, rounds: int = 3) -> dict:
+    """`rotate` the sides, each fn returning a list of seconds (its repeats; [] = nothing to time).
+
+    Returns name -> Timing: (median, min, max) over the rounds of each round's median (the headline and
+    the spread: never the best round alone), or None for a side that timed nothing."""
+    got = {k: [statistics.median(secs) for secs in v if secs] for k, v in rotate(sides, rounds).items()}
     return {k: Timing(v) if v else None for k, v in got.items()}
+
+
+def rounds_args(doc: str, trials: int = 8) -> argparse.Namespace:
+    """The arguments of a benchmark that tunes a database and times rounds: --quick (2 rounds),
+    --rounds, --trials (per task of the database); `doc`: the script's docstring."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 rounds")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--trials", type=int, default=trials, help=f"trials per task of the database (default {trials})")
+    a = ap.parse_args()
+    a.rounds = 2 if a.quick else a.rounds
+    return a
 
 
 _PEAK_IR = """

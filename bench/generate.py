@@ -16,7 +16,6 @@ warm-up generation and one timed; the figure is the median of the rounds with th
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -24,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from common import Timing, in_process, load_now, machine_facts, machine_report, write_result
+from common import Timing, in_process, load_now, machine_facts, machine_report, rotate, rounds_args, write_result
 from deploy_dbs import OUT
 
 PROMPT, NEW = 32, 64
@@ -162,11 +161,7 @@ def read_bandwidth() -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 rounds")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--trials", type=int, default=8, help="trials per task of the database (default 8)")
-    a = ap.parse_args()
+    a = rounds_args(__doc__)
     started = time.time()
     facts = machine_facts()
     print(machine_report(facts))
@@ -183,12 +178,7 @@ def main() -> None:
           f"weights and {made['cache_bytes_per_token'] / 1e3:.0f} kB of cache per cached token", flush=True)
     sides = {"tunekit": (tunekit_side, (saved,)), "onnxruntime": (ort_side, (MODEL,)), "pytorch": (torch_side, ()),
              "read bandwidth": (read_bandwidth, ())}
-    rounds = {k: [] for k in sides}
-    names = list(sides)
-    for r in range(2 if a.quick else a.rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            fn, args = sides[name]
-            rounds[name].append(in_process(fn, *args))
+    rounds = rotate(sides, a.rounds)
     tokens = {k: v[-1]["tokens"] for k, v in rounds.items() if k != "read bandwidth"}
     same = all(t == tokens["onnxruntime"] for t in tokens.values())
     print(f"the same {NEW} tokens from all three: {same}" + ("" if same else f" ({tokens})"))

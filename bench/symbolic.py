@@ -13,14 +13,13 @@ median of the rounds with their spread (min-max). The compiled models are saved 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from common import alternate, in_process, load_now, machine_facts, machine_report, time_fn, write_result
+from common import alternate, in_process, load_now, machine_facts, machine_report, rounds_args, time_fn, write_result
 from deploy_dbs import OUT
 
 SEQS = (32, 128, 384)
@@ -99,11 +98,7 @@ def _ms(t) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 rounds")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--trials", type=int, default=8, help="trials per task of the database (default 8)")
-    a = ap.parse_args()
+    a = rounds_args(__doc__)
     started = time.time()
     facts = machine_facts()
     print(machine_report(facts))
@@ -123,7 +118,7 @@ def main() -> None:
              for s in SEQS}
     sides |= {f"onnxruntime @{s}": (ort_latency, (dynamic, s)) for s in SEQS}
     sides["tunekit static @128"] = (tunekit_latency, (saved["static"], AT))
-    t = alternate(sides, 2 if a.quick else a.rounds)
+    t = alternate(sides, a.rounds)
     for s in SEQS:
         theirs = t[f"onnxruntime @{s}"]
         print(f"sequence {s}: onnxruntime {_ms(theirs)}; " + "; ".join(
