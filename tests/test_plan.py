@@ -53,8 +53,8 @@ def test_compile_model_makes_each_distinct_task_once_and_reads_each_best_record_
 def test_the_passes_are_listed_and_each_can_be_left_out(tmp_path):
     tgt, path = _x86_target(), _network(tmp_path)
     names = [p.name for p in PASSES]
-    assert names == ["qdq", "epilogues", "merge-siblings", "bf16", "fuse-te", "dense-rows", "pack-panels",
-                     "block-channels", "bf16-convs", "alternatives"]
+    assert names == ["qdq", "epilogues", "merge-siblings", "bf16", "append-cache", "fuse-te", "dense-rows",
+                     "pack-panels", "block-channels", "bf16-convs", "alternatives"]
     x = RNG.standard_normal((1, 3, 9, 11)).astype(np.float32)
     every = _compiled(path, tgt)
     plain = _compiled(path, tgt, passes=[n for n in names if n != "block-channels"])
