@@ -381,6 +381,22 @@ def generate(args: argparse.Namespace) -> int:
     return generate_tokens(args)
 
 
+@command("dataset", arg("action", choices=["export"], help="export: the successful trials of databases as one "
+                              "dataset of program features"),
+         arg("databases", nargs="+", metavar="DB", help="tuning databases"),
+         arg("-o", "--output", required=True, help="the dataset to write (.npz)"),
+         help="make a dataset of measured programs, for cost models trained across tasks")
+def dataset(args: argparse.Namespace) -> int:
+    """`tunekit dataset export DB... -o data.npz`: the successful trials of the databases, each as its
+    program's relation features (one feature space for every task), its measured seconds, its task
+    and its device (`tunekit.tuning.dataset`)."""
+    from tunekit.tuning.dataset import export
+    data = export(args.databases, args.output)
+    print(f"{args.output}: {len(data.seconds)} trials of {len(data.tasks)} tasks, {data.features.shape[1]} "
+          f"features each, from {len(data.devices)} device(s)")
+    return 0
+
+
 @command("db", arg("action", choices=["import", "recover"], help="import: add a JSONL log's records to a database; "
                   "recover: copy the readable rows of a damaged database into a new one"),
          arg("source", help="the JSONL log (import) or the damaged database (recover)"),

@@ -231,9 +231,9 @@ class Database:
                     taken.append(i)
         return got, taken
 
-    def history(self, target: str, device: str, exclude: set[str], limit: int = 20000) -> list[tuple]:
+    def history(self, target: str, device: str, exclude: set[str], limit: int | None = 20000) -> list[tuple]:
         """Recent trials of other workloads on this target and device, for transfer:
-        (op, args, template, Trial, computation) tuples, newest first, at most `limit`
+        (op, args, template, Trial, computation) tuples, newest first, at most `limit` (None: all)
         (computation: what rebuilds a computed op, `TaskSpec.computation`; else None)."""
         q = ("SELECT op, args, template, workload, config_index, config, costs, error, message, build_s, run_s, "
              f"timestamp, {self._space} FROM trials WHERE target=? AND device=? ORDER BY id DESC")
@@ -241,6 +241,10 @@ class Database:
         return [(r[0], json.loads(r[1]), r[2], Trial(int(r[4]), json.loads(r[5]), json.loads(r[6]), r[7], r[8] or "",
                                                      r[9] or 0.0, r[10] or 0.0, r[11], r[12] or "", r[13] or ""),
                  self.computation(r[3])) for r in itertools.islice(rows, limit)]
+
+    def devices(self) -> list[tuple[str, str]]:
+        """The (target, device fingerprint) pairs that measured its trials."""
+        return self._rows("SELECT DISTINCT target, device FROM trials ORDER BY target, device")
 
     def computation(self, workload: str) -> str | None:
         """Return what rebuilds the computed op of `workload` (`TaskSpec.computation`), or None
