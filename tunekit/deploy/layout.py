@@ -40,7 +40,7 @@ def lay_out(g: Graph, kernels: list[Kernel], symbols: list[str], uses: list[int]
         base, offset = (g.views[name][:2]) if name in g.views else (name, 0)
         if base not in raw:
             nbytes = int(np.prod(g.shapes[base])) * itemsize if base != name else size * itemsize
-            fits = [k for k, b in enumerate(free) if sizes[b] >= nbytes and base not in kept]
+            fits = [] if base in kept else [k for k, b in enumerate(free) if sizes[b] >= nbytes]
             if fits:   # the smallest that fits; of equals, the most recently freed (still in cache)
                 raw[base] = free.pop(min(fits, key=lambda k: (sizes[free[k]], -k)))
             else:
@@ -61,8 +61,8 @@ def lay_out(g: Graph, kernels: list[Kernel], symbols: list[str], uses: list[int]
     outs = {node.output: kernels[uses[k]].params[-1] for k, node in enumerate(g.nodes)}
     shapes = g.output_shapes or [outs[name][1] for name in g.outputs]
     # an output no node writes whole: a constant, or a tensor its views fill (an appended cache)
-    dtype = lambda name: outs[name][2] if name in outs else g.dtypes.get(name) or str(g.constants[name].dtype)
-    outputs = [[name, ref(name, shape, dtype(name))] for name, shape in zip(g.outputs, shapes)]
+    dtype_of = lambda name: outs[name][2] if name in outs else g.dtypes.get(name) or str(g.constants[name].dtype)
+    outputs = [[name, ref(name, shape, dtype_of(name))] for name, shape in zip(g.outputs, shapes)]
     table = [{"symbol": sym, "template": k.template, "flops": k.task.flops, "tuned": k.tuned,
               "params": [[n, list(shape), dtype] for n, shape, dtype in k.params]} for k, sym in zip(kernels, symbols)]
     return {"buffers": sizes, "inputs": inputs, "outputs": outputs, "input_bounds": dict(g.input_bounds),

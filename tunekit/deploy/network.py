@@ -22,6 +22,7 @@ from tunekit.deploy.layout import lay_out
 from tunekit.deploy.plan import NetworkPlan, computed, node_error
 from tunekit.errors import ArgumentError, ModelError, TunekitError
 from tunekit.graph import Graph
+from tunekit.graph.dense_rows import dense_layers
 from tunekit.plugin.registry import make_component, registry
 from tunekit.runtime import artifact
 from tunekit.runtime.model import Model
@@ -223,8 +224,8 @@ def compile_symbolic(path: str, how: dict, database, dims: dict, at) -> Compiled
     with closing(Database(database, readonly=True)) if database else nullcontext() as db:
         how = {**how, "db": db}
         # the layers that run as dense (few rows) at the first representative sizes do at every size
-        probed = {tuple(reps[0].values()): _probe(path, reps[0], how)}
-        dense = frozenset(n.name for n in probed[tuple(reps[0].values())][0].nodes if n.op == "dense")
+        first = _probe(path, reps[0], how)
+        dense, probed = dense_layers(first[0]), {tuple(reps[0].values()): first}
         top_graph, top_chosen, plan, kept, top = _probe(path, largest, how, dense)
         variants, fitted = [], None
         for rep in reps:

@@ -39,14 +39,12 @@ def append_cache(graph: Graph) -> Graph:
         present, dtype = node.output, inputs[past][1]
         perm = [axis, *(d for d in range(len(shapes[present])) if d != axis)]
         back = [perm.index(d) for d in range(len(perm))]
-        def major(shape, perm=perm):
-            return tuple(shape[d] for d in perm)
-        before, length = major(shapes[past]), major(shapes[present])
+        before, added, length = (tuple(shapes[t][d] for d in perm) for t in (past, new, present))
         inputs[past], shapes[past] = (before, dtype), before
         views[past] = (present, 0, before)
         written, joined = f"{present}:appended", f"{present}:joined"
-        views[written] = (present, math.prod(before), major(shapes[new]))
-        shapes.update({written: major(shapes[new]), present: length, joined: graph.shapes[present]})
+        views[written] = (present, math.prod(before), added)
+        shapes.update({written: added, present: length, joined: graph.shapes[present]})
         dtypes.update({written: dtype, present: dtype, joined: dtype})
         out_shapes[graph.outputs.index(present)] = length
         nodes.append(Node("transpose", {}, [new], written, node.name, node.kind,

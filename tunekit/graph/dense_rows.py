@@ -19,3 +19,9 @@ def dense_rows(graph: Graph, rows: int, names: frozenset[str] | None = None) -> 
         key = rw.derived(node.inputs[1], "nk", lambda w: np.ascontiguousarray(w.T))
         return Node("dense", node.args, [node.inputs[0], key, *node.inputs[2:]], node.output, node.name, node.kind)
     return rewrite(graph, visit)
+
+
+def dense_layers(graph: Graph) -> frozenset[str]:
+    """The names of the layers `graph` (after the dense-rows pass) runs as dense: what a compile for
+    symbolic sizes decides at its first representative sizes and keeps (`dense_rows`' `names`)."""
+    return frozenset(n.name for n in graph.nodes if n.op == "dense")

@@ -167,12 +167,12 @@ class TaskSpec(Section):
         """Expand a model entry into its tasks in the layout `target` runs the network in."""
         if self.model is not None:
             from tunekit.deploy.plan import NetworkPlan
+            from tunekit.graph.dense_rows import dense_layers
             found: dict[str, list] = {}   # a task of several sizes (one whose shapes do not vary) is tuned once
-            dense = None
+            dense = None   # with dims: the first sizes' choice, as compile_model's
             for weight, graph in self._graphs:
                 plan = NetworkPlan(graph, target, precision=self.precision, dense=dense)
-                if self.dims and dense is None:
-                    dense = frozenset(n.name for n in plan.compiled(by_records=False).nodes if n.op == "dense")
+                dense = dense_layers(plan.compiled(by_records=False)) if self.dims and dense is None else dense
                 for t, n in plan.tasks(self.layouts == "search"):
                     found.setdefault(t.key, [t, 0])[1] += n * weight
             self._model_tasks = [t.weighted(n) for t, n in found.values()]

@@ -67,7 +67,8 @@ def generate(model: Model, prompt, new_tokens: int) -> Generation:
     logits = next(name for name in model.output_names if name not in {p for _, p in pairs})
     # per cached tensor, a buffer for the longest present: one where the past is the leading part of the
     # present (a model compiled with generation=True), else two that the steps alternate between
-    shared = [_buffer(model, past) == _buffer(model, present) for past, present in pairs]
+    buffer = {**model.plan["inputs"], **dict(model.plan["outputs"])}
+    shared = [buffer[past]["buffer"] == buffer[present]["buffer"] for past, present in pairs]
     room = {name: dims_shape(model.inputs[name][0], {past_dim: n + new_tokens - 1, seq_dim: 1}) for name, _ in pairs}
     buffers = [[empty((int(np.prod(room[name])),), model.inputs[name][1]) for _ in range(1 if one else 2)]
                for (name, _), one in zip(pairs, shared)]
@@ -88,11 +89,6 @@ def generate(model: Model, prompt, new_tokens: int) -> Generation:
         ids = np.array([[token]], np.int64)
         buffers = [held[::-1] for held in buffers]
     return Generation(np.array(tokens, np.int64), times[0], times[1:])
-
-
-def _buffer(model: Model, name: str) -> int:
-    refs = {**model.plan["inputs"], **dict(model.plan["outputs"])}
-    return refs[name]["buffer"]
 
 
 def _prefix(buffer: np.ndarray, shape: tuple) -> np.ndarray:

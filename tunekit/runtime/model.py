@@ -63,6 +63,7 @@ class Model:
         self.inputs = {name: (tuple(ref["shape"]), ref["dtype"]) for name, ref in plan["inputs"].items()}
         self.input_bounds = dict(plan.get("input_bounds", {}))
         self.output_names = [name for name, _ in plan["outputs"]]
+        self._refs = {**plan["inputs"], **dict(plan["outputs"])}   # inputs and outputs by name
         self._bound: dict[tuple, tuple] = {}
         self._binding = Binding(plan, self._sets, binders, self._buffers, self._weights)
         # bound at the largest sizes until a call says others (what `profile` times before any call)
@@ -120,9 +121,8 @@ class Model:
                                 f"{', '.join(map(repr, missing))} not given")
         buffers = self._given(arrays)
         dims = read({n: s for n, (s, _) in self.inputs.items()}, given, self.dims) if self.dims else {}
-        refs = {**self.plan["inputs"], **dict(self.plan["outputs"])}
         for name, a in arrays.items():
-            if (need := end(refs[name], dims)) > a.nbytes:
+            if (need := end(self._refs[name], dims)) > a.nbytes:
                 raise ArgumentError(f"{name!r}: the array given to run in place has {a.nbytes} bytes; the tensor it "
                                     f"holds needs {need} at sizes {dims}")
         self._inputs, self._outputs, self.calls = self._bind(dims, buffers)
@@ -138,8 +138,7 @@ class Model:
 
     def _given(self, arrays: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
         """The buffers (by index) that `arrays` (inputs and outputs by name) stand for, as bytes."""
-        refs = {**self.plan["inputs"], **dict(self.plan["outputs"])}
-        out = {}
+        refs, out = self._refs, {}
         for name, a in arrays.items():
             if name not in refs:
                 raise ArgumentError(f"the model has no input or output {name!r} (inputs: {', '.join(self.inputs)}; "
