@@ -166,3 +166,18 @@ def test_feature_matrix_batches_each_task_through_its_extractor(null_target_plug
     assert knob.shape == (2, 3) and knob.dtype == np.float32
     wide = tunekit.feature_matrix(a.candidates(ia[:2]), "knob", width=len(a.features(ia[0])) + 2)
     assert (wide[:, -2:] == 0).all()
+
+
+def test_relation_sees_an_outer_unrolled_loop_under_a_longer_inner_one():
+    # C[i*8 + j] += A[j] over i (3) and j (8, unrolled): unrolling i as well makes a 24-fold body,
+    # which a per-loop max of the annotated extents read as the 8-fold one (20% apart on C10's nchwc space)
+    def program(outer_kind):
+        A, C = ir.Buffer("A", (8,), "float32"), ir.Buffer("C", (24,), "float32")
+        i, j = ir.Var("i"), ir.Var("j")
+        store = ir.Store(C, i * 8 + j, ir.Load(C, i * 8 + j) + ir.Load(A, j))
+        return ir.Program("p", [A, C], ir.For(i, 3, outer_kind, ir.For(j, 8, ir.UNROLLED, store)))
+    names = features.feature_names("relation")
+    serial, unrolled = (dict(zip(names, features.program_features(program(k), "relation")))
+                        for k in (ir.SERIAL, ir.UNROLLED))
+    assert serial["unrolled|iters<2^5"] == pytest.approx(math.log2(9))
+    assert unrolled["unrolled|iters<2^5"] == pytest.approx(math.log2(9) + 2)   # log2(1 + 3) more

@@ -22,7 +22,7 @@ Kinds (`extract(task_space, index, kind)`; `TaskSpace.features` caches them):
   then the loaded ones in order of appearance; `RELATION_BUFFERS` slots): reuse,
   accesses and -log2(times the loop is entered) against touched bytes (the
   memory hierarchy), touched bytes and stride against the iterations of the
-  sub-nest; per annotation, log2(1 + extent) of the annotated loops against the
+  sub-nest; per annotation, the sum of log2(1 + extent) of its loops in the sub-nest against the
   sub-nest iterations; plus a few global scalars. Fixed length for every task, so it is
   the kind to transfer across workloads (`feature_names("relation")` names
   each entry).
@@ -283,8 +283,11 @@ def relation_features(nest: LoopNest) -> np.ndarray:
     z = np.zeros((len(path), len(_REL_COLS)))
     z[:, 0] = np.cumsum(logext[::-1])[::-1]                                   # sub-nest iterations
     kinds = np.asarray(nest.kind)[path]
-    for a in range(1, len(ANNOTATIONS)):   # log2(1 + extent): an annotated loop of extent 1 still shows
-        z[:, a] = np.where(kinds == a, np.log2(1.0 + np.exp2(logext)), 0.0)
+    for a in range(1, len(ANNOTATIONS)):
+        # summed over the sub-nest's loops of that annotation: with each loop's value alone, the max hid an
+        # outer unrolled loop under a longer inner one (configs apart by 20% had equal vectors); log2(1 + extent),
+        # so that an annotated loop of extent 1 still shows
+        z[:, a] = np.cumsum(np.where(kinds == a, np.log2(1.0 + np.exp2(logext)), 0.0)[::-1])[::-1]
     entries = -(np.cumsum(logext) - logext)                                   # -log2(times entered)
     per_buf = np.stack([touch[..., 0], touch[..., 2], touch[..., 1],
                         np.broadcast_to(entries, touch.shape[:2]), touch[..., 3]], axis=-1)   # (B, P, 5)
