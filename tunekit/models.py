@@ -74,15 +74,23 @@ class CostModel(Component):
     Higher scores mean faster programs. A model sees the trials of one task
     through `fit`, and optionally history from other tasks through `fit_history`.
 
-    One model serves one task of a tuning run. Order of calls: with transfer
-    learning, `fit_history` first (or `load` of a global model another task's
-    model `save`d); `fit` on the task's earlier trials when it has any; then the
+    One model serves one task of a tuning run. Order of calls: `start` with the
+    task's space; with transfer learning, `fit_history` (or `load` of a global
+    model another task's model `save`d); `fit` on the task's earlier trials when it has any; then the
     explorer calls `predict` while proposing, and the core calls `fit` after
     every measured batch with all the task's trials so far. `predict` must
     return finite floats of shape (len(candidates),), else the core raises
     `tunekit.errors.PluginError` naming the model; any exception stops the
     tuning run (every trial measured so far is kept).
     """
+
+    def start(self, space) -> None:
+        """Prepare to serve the task of `space` before any fit: a pretrained model picks the
+        weights of `space.target` and `space.device` here. The default does nothing.
+
+        Args:
+            space: the task's `tunekit.TaskSpace` (its task, target, device and config space).
+        """
 
     def fit(self, trials: list[Trial]) -> None:
         """Train on the measured `trials` of the current task (all of them so far).
@@ -106,6 +114,17 @@ class CostModel(Component):
     def fit_history(self, records: list[Trial]) -> None:
         """Train the global (transfer) model on trials of other workloads.
         The default ignores history: a model that cannot transfer does nothing."""
+
+    def pretrain(self, dataset) -> None:
+        """Train the global (transfer) model on measured programs of many tasks, as
+        `tunekit dataset train` does before `save`. The default cannot: NotImplementedError.
+
+        Args:
+            dataset: a `tunekit.tuning.dataset.Dataset`: `features` (one row per trial, of
+                feature kind `dataset.kind`, one layout for every task), `seconds`, and `task`
+                (which task each row measured: compare rows of one task only).
+        """
+        raise NotImplementedError(f"cost model {self.name!r} cannot be pretrained")
 
     def save(self, path: str) -> None:
         """Write the trained state to `path`."""

@@ -8,6 +8,10 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
+import sys
+import warnings
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -60,6 +64,12 @@ class GBTOptions(tunekit.Options):
                             "confidence bound (ei/ucb need objective=regression and ensemble > 1).")
     kappa: float = Field(1.0, ge=0, description="UCB: mean + kappa * standard deviation.")
     max_history: int = Field(20_000, ge=1, description="fit_history: most records used (a seeded sample).")
+    pretrained: bool | str = Field(
+        False, description="Start from a model trained across many tasks' measured programs, then fine-tune on "
+                           "the task's own trials as they come (Eq. 4 of the paper). true: the model shipped for "
+                           "the target and its CPU (`pretrained/<target>-<cpu>.json` beside the plugin; without "
+                           "one, a warning says so and the model starts from nothing); a path: a model `tunekit "
+                           "dataset train` wrote.")
     n_jobs: int = Field(1, ge=0, description="Threads for training and prediction (0: the library's default, "
                                              "all cores). One by default: fits are small, and idle OpenMP "
                                              "threads were seen to stall a fit for seconds on a busy machine.")
@@ -132,7 +142,11 @@ def history_labels(records, seed: int, cap: int):
 
 def labels(trials) -> np.ndarray:
     """Normalized throughput: best cost / cost (1 for the best), 0 for failures."""
-    costs = np.array([t.cost if t.ok else np.inf for t in trials], np.float64)
+    return throughput(np.array([t.cost if t.ok else np.inf for t in trials], np.float64))
+
+
+def throughput(costs: np.ndarray) -> np.ndarray:
+    """best cost / cost of `costs` (seconds; inf or 0 for failures, whose label is 0)."""
     ok = np.isfinite(costs) & (costs > 0)
     y = np.zeros(len(costs))
     if ok.any():
@@ -252,6 +266,37 @@ class GBTModel(tunekit.CostModel):
             return
         self._global = _Fitted(kind, x.shape[1], self._fit(x, y[order], gid[order], None, rng))
 
+    def pretrain(self, dataset) -> None:
+        """Train the global model on a dataset's rows (labels: throughput normalized per task;
+        the rank loss compares rows of one task only). Drops the local model."""
+        order = np.argsort(dataset.task, kind="stable")
+        gid = np.asarray(dataset.task, np.int64)[order]
+        seconds = np.asarray(dataset.seconds, np.float64)[order]
+        y = np.zeros(len(gid))
+        for g in np.unique(gid):
+            m = gid == g
+            y[m] = throughput(seconds[m])
+        x = np.asarray(dataset.features, np.float32)[order]
+        rng = np.random.default_rng([self.options.seed, len(y), 2])
+        self._global = _Fitted(dataset.kind, x.shape[1], self._fit(x, y, gid, None, rng))
+        self._local = None
+
+    def start(self, space) -> None:
+        """Load the pretrained global model the options name (`GBTOptions.pretrained`)."""
+        want = self.options.pretrained
+        if want is False:
+            return
+        if want is True:
+            family = f"{space.target.name}-{space.device.name}"
+            path = pretrained_dir(self) / f"{family}.json"
+            if not path.exists():
+                have = sorted(p.stem for p in pretrained_dir(self).glob("*.json"))
+                warnings.warn(f"{self.name}: no pretrained model for {family} (shipped: {', '.join(have) or 'none'}); "
+                              "the model starts from nothing and learns from this task's trials", stacklevel=2)
+                return
+            want = str(path)
+        self._global = _pretrained(self, want)
+
     def _global_margin(self, candidates) -> np.ndarray | None:
         g = self._global
         if g is None:
@@ -293,18 +338,49 @@ class GBTModel(tunekit.CostModel):
 
     def load(self, path: str) -> None:
         """Read the state written by `save` (also its options)."""
-        with open(path) as fh:
-            state = json.load(fh)
-        if state.get("format") != _FORMAT or state.get("model") != self.name:
-            raise TunekitError(f"{path}: not a saved {self.name!r} cost model "
-                               f"(format {state.get('format')!r}, model {state.get('model')!r})")
-
-        def dec(d):
-            return None if d is None else _Fitted(d["kind"], d["width"], [(self._loads(base64.b64decode(b)), r)
-                                                                          for b, r in d["members"]])
+        state = self._state(path)
         self.options = self.Options.model_validate(state["options"])
         self.best_y = state["best_y"]
-        self._global, self._local = dec(state["global"]), dec(state["local"])
+        self._global, self._local = self._decode(state["global"]), self._decode(state["local"])
+
+    def _state(self, path: str) -> dict:
+        try:
+            with open(path) as fh:
+                state = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise TunekitError(f"{path}: cannot read a saved {self.name!r} cost model: {e}") from None
+        if not isinstance(state, dict) or state.get("format") != _FORMAT or state.get("model") != self.name:
+            got = state if not isinstance(state, dict) else (state.get("format"), state.get("model"))
+            raise TunekitError(f"{path}: not a saved {self.name!r} cost model ((format, model) {got!r}); "
+                               "write one with tunekit dataset train DATA -o FILE")
+        return state
+
+    def _decode(self, d) -> _Fitted | None:
+        return None if d is None else _Fitted(d["kind"], d["width"], [(self._loads(base64.b64decode(b)), r)
+                                                                      for b, r in d["members"]])
+
+
+def pretrained_dir(model) -> Path:
+    """Where the pretrained files of `model`'s plugin lie: `pretrained/` beside its module."""
+    return Path(sys.modules[type(model).__module__].__file__).parent / "pretrained"
+
+
+_PRETRAINED: dict = {}   # (model, path, mtime) -> its global model: every task of a run shares one
+
+
+def _pretrained(model: GBTModel, path: str) -> _Fitted:
+    try:
+        key = (model.name, os.path.abspath(path), os.path.getmtime(path))
+    except OSError as e:
+        raise TunekitError(f"{model.name}: pretrained = {path!r}: {e.strerror}; give a model file that tunekit "
+                           "dataset train wrote, or pretrained = true for the shipped one") from None
+    if key not in _PRETRAINED:
+        fitted = model._decode(model._state(path)["global"])
+        if fitted is None:
+            raise TunekitError(f"{path}: a saved {model.name!r} cost model without a pretrained (global) model; "
+                               "write one with tunekit dataset train DATA -o FILE")
+        _PRETRAINED[key] = fitted
+    return _PRETRAINED[key]
 
 
 def _take(margin, idx):

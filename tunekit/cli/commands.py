@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import closing
 
 from tunekit.commands import Command, arg
-from tunekit.errors import TemplateError, TunekitError
+from tunekit.errors import ArgumentError, TemplateError, TunekitError
 
 #: the built-in subcommands by name, in the order they were declared
 COMMANDS: dict[str, Command] = {}
@@ -381,19 +381,38 @@ def generate(args: argparse.Namespace) -> int:
     return generate_tokens(args)
 
 
-@command("dataset", arg("action", choices=["export"], help="export: the successful trials of databases as one "
-                              "dataset of program features"),
-         arg("databases", nargs="+", metavar="DB", help="tuning databases"),
-         arg("-o", "--output", required=True, help="the dataset to write (.npz)"),
-         help="make a dataset of measured programs, for cost models trained across tasks")
+@command("dataset", arg("action", choices=["export", "train"], help="export: the successful trials of databases "
+                              "as one dataset of program features; train: a cost model on a dataset"),
+         arg("inputs", nargs="+", metavar="FILE", help="export: tuning databases; train: a dataset (.npz)"),
+         arg("-o", "--output", required=True, help="the dataset (.npz) or the trained model (.json) to write"),
+         arg("--model", default="xgboost", help="train: the cost model, a name or a JSON table of its options "
+                                                "(default xgboost)"),
+         help="make a dataset of measured programs, and train cost models across tasks on it")
 def dataset(args: argparse.Namespace) -> int:
     """`tunekit dataset export DB... -o data.npz`: the successful trials of the databases, each as its
     program's relation features (one feature space for every task), its measured seconds, its task
-    and its device (`tunekit.tuning.dataset`)."""
-    from tunekit.tuning.dataset import export
-    data = export(args.databases, args.output)
-    print(f"{args.output}: {len(data.seconds)} trials of {len(data.tasks)} tasks, {data.features.shape[1]} "
-          f"features each, from {len(data.devices)} device(s)")
+    and its device (`tunekit.tuning.dataset`). `tunekit dataset train data.npz -o model.json`: a
+    cost model trained across the dataset's tasks, which a recipe starts from with
+    `model = { name = "xgboost", pretrained = "model.json" }`."""
+    from tunekit.tuning import dataset as ds
+    if args.action == "export":
+        data = ds.export(args.inputs, args.output)
+        print(f"{args.output}: {len(data.seconds)} trials of {len(data.tasks)} tasks, {data.features.shape[1]} "
+              f"features each, from {len(data.devices)} device(s)")
+        return 0
+    if len(args.inputs) != 1:
+        raise ArgumentError(f"dataset train reads one dataset, got {len(args.inputs)}: {' '.join(args.inputs)}")
+    from pydantic import ValidationError
+    from pydantic_core import PydanticCustomError
+
+    from tunekit.recipe.components import component_spec
+    try:
+        spec = json.loads(args.model) if args.model.lstrip().startswith("{") else args.model
+        model = component_spec("cost model", "xgboost", spec).create()
+    except (ValueError, PydanticCustomError, ValidationError) as e:
+        raise ArgumentError(f"--model {args.model}: {e}") from None
+    data = ds.train(args.inputs[0], model, args.output)
+    print(f"{args.output}: {model.name} trained on {len(data.seconds)} trials of {len(data.tasks)} tasks")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import warnings
 
 from tunekit.cli import commands as builtin
 from tunekit.commands import Command
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser(commands).parse_args(argv)
     except SystemExit as e:  # argparse exits on --help, --version and usage errors
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+    shown = warnings.formatwarning
+    warnings.formatwarning = lambda message, *_, **__: f"warning: {message}\n"   # one line, as errors are
     try:
         return commands[args.command].run(args)
     except TunekitError as e:
@@ -75,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(str(e) or "interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = shown
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ class Dataset:
         device: int32 [trials]: the device that measured it, an index of `devices`.
         tasks: per task {"workload", "op", "args", "template", "target", "flops"}.
         devices: the devices' fingerprints (as the databases key them).
+        kind: the feature kind of `features`.
     """
     features: np.ndarray
     seconds: np.ndarray
@@ -45,6 +46,15 @@ class Dataset:
     device: np.ndarray
     tasks: list[dict]
     devices: list[str]
+    kind: str = KIND
+
+    def save(self, path: str) -> None:
+        """Write the dataset to `path` (.npz), as `load` reads it."""
+        meta = {"kind": self.kind, "feature_names": feature_names(self.kind), "tasks": self.tasks,
+                "devices": self.devices}
+        with open(path, "wb") as f:
+            np.savez_compressed(f, features=self.features, seconds=self.seconds, task=self.task, device=self.device,
+                                meta=np.array(json.dumps(meta)))
 
     def gflops(self) -> np.ndarray:
         """Each trial's speed: its task's floating-point operations over its seconds, in GFLOPS."""
@@ -98,10 +108,7 @@ def export(databases: list[str], path: str) -> Dataset:
     data = Dataset(np.asarray(rows_x, np.float32), np.asarray(seconds, np.float64), np.asarray(task, np.int32),
                    np.asarray(device, np.int32), [{k: v for k, v in t.items() if k != "index"} for t in tasks.values()],
                    list(devices))
-    meta = {"kind": KIND, "feature_names": feature_names(KIND), "tasks": data.tasks, "devices": data.devices}
-    with open(path, "wb") as f:
-        np.savez_compressed(f, features=data.features, seconds=data.seconds, task=data.task, device=data.device,
-                            meta=np.array(json.dumps(meta)))
+    data.save(path)
     return data
 
 
@@ -117,3 +124,16 @@ def load(path: str) -> Dataset:
     except (OSError, ValueError, KeyError) as e:
         raise ArgumentError(f"{path}: not a dataset of tunekit ({type(e).__name__}: {e}); write one with "
                             "tunekit dataset export DB... -o FILE.npz") from None
+
+
+def train(data: str, model, output: str) -> Dataset:
+    """Pretrain `model` (a CostModel) on the dataset file `data` and save it to `output`, for a
+    model's `pretrained = "<output>"` (or, named `<target>-<cpu>.json` beside a plugin, `true`)."""
+    dataset = load(data)
+    if len(np.unique(dataset.task)) < 2:
+        raise ArgumentError(f"{data}: trials of one task only; a model that carries over to new tasks "
+                            "learns from many (export more databases: tunekit dataset export DB... -o FILE)")
+    model.pretrain(dataset)
+    model.save(output)
+    return dataset
+

@@ -96,6 +96,7 @@ class Tuner:
         rng = random.Random(f"{self.recipe.tuning.seed}:{task.key}")
         st = TaskState(ts, key, self.recipe.model.create(), self.recipe.explorer.create(), rng,
                        default=ts.space.default())
+        st.model.start(ts)
         self._sync(st, db)   # resume: every trial known for this task, from any run
         if st.stale:
             warnings.warn(ts.stale_note(st.stale), TunekitWarning, stacklevel=2)
