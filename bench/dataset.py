@@ -26,23 +26,24 @@ from e2e import write_net
 NETS = ("mobilenet_v2", "dqn", "dcgan", "lstm_lm", "bert", "gpt2")
 
 
-def held_out() -> set[str]:
-    """Task keys of ResNet-18's C1-C12 on every template that serves them."""
+def held_out() -> set[tuple]:
+    """(task key, template) of ResNet-18's C1-C12 on every template that serves them."""
     import tunekit
     from tunekit.plugin.registry import make_component
     target = make_component("target", "x86")
-    return {v.key for i in range(1, 13) for v in tunekit.Task(workload=f"resnet18.C{i}").variants(target)}
+    return {(v.key, v.template_name) for i in range(1, 13)
+            for v in tunekit.Task(workload=f"resnet18.C{i}").variants(target)}
 
 
 def net_tasks(path: str) -> list:
-    """The network's distinct tasks, and its conv2d layers again in plain NCHW (every template)."""
+    """The network's distinct tasks, and its conv2d layers again in plain NCHW on the `nchwc` template."""
     import tunekit
     tasks = []
     for task, _ in tunekit.extract_tasks(path, "x86"):
         tasks.append(task)
         if task.op.name == "conv2d" and "layout" in task.args:
             plain = {k: v for k, v in task.args.items() if k not in ("layout", "data_layout")}
-            tasks.append(tunekit.Task("conv2d", plain))
+            tasks.append(tunekit.Task("conv2d", plain, template="nchwc"))
     return tasks
 
 
@@ -57,7 +58,7 @@ def other_tasks() -> list:
     return tasks
 
 
-def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[str]) -> int:
+def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[tuple]) -> int:
     """Tune every (task, template) alone with random search; return how many were tuned."""
     import tunekit
     from tunekit.plugin.registry import make_component
@@ -65,9 +66,9 @@ def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[str]) -> in
     n = 0
     for task in tasks:
         for variant in task.variants(target):
-            if variant.key in skip:
+            if (variant.key, variant.template_name) in skip:
                 continue
-            skip.add(variant.key)
+            skip.add((variant.key, variant.template_name))
             tunekit.tune([variant], target="x86", model="random", explorer="random", trials=trials, seed=seed,
                          database=db, tuning={"batch_size": 8})
             n += 1
@@ -77,7 +78,7 @@ def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[str]) -> in
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="8 trials per task, MobileNet-v2 and DQN only")
-    ap.add_argument("--trials", type=int, default=32, help="trials per task and template")
+    ap.add_argument("--trials", type=int, default=24, help="trials per task and template")
     ap.add_argument("--nets", default=",".join(NETS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(RESULTS, "dataset"))

@@ -5,13 +5,16 @@
 For each layer and seed it tunes with: xgboost+annealing (rank loss; on knob
 features, and on relation features with a shorter walk),
 xgboost+annealing (regression), lightgbm+annealing (rank), TreeGRU+annealing,
-genetic, and random search; then transfer: a model trained on C1-C6 history tuning C7 (and C8, C9)
-against the same without history. Every run is a tunekit run in
+genetic, and random search (--parts search); xgboost+annealing starting from the pretrained
+model shipped for this CPU (--parts pretrained; bench/dataset.py and `tunekit dataset train` make
+it, never from ResNet-18's layers); then transfer: a model trained on C1-C6 history tuning C7 (and C8, C9)
+against the same without history. Layers: named workloads, or the held-out generated computations
+gen.conv1d and gen.attention_scores (examples/computations.py). Every run is a tunekit run in
 its own database under bench/results/search/, so a rerun resumes and skips
 finished runs.
 It prints, per layer and method, the median best GFLOPS over seeds at several
 trial counts and the trials each method needed to reach random search's best at N;
-it writes PNG plots next to the database. Last, best GFLOPS and tuning wall time
+it writes PNG plots next to the database and the figures to results/search.json. Last, best GFLOPS and tuning wall time
 of xgboost+annealing on matmul-1024 and resnet18.C6 at 64 and 256 trials (--budget-trials).
 A layer tuned over several templates (--template '', and the budget part) is one task:
 its curve is its best so far after each of its trials, all templates merged in the
@@ -28,7 +31,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import load_now, machine_report, per_task
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+from common import load_now, machine_facts, machine_report, per_task, write_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = {
@@ -40,10 +44,29 @@ METHODS = {
     "lgbm-rank+annealing": ({"name": "lightgbm", "objective": "rank"}, "annealing"),
     # TreeGRU reads each candidate's lowered program: fewer annealing steps keep proposals fast
     "treegru+annealing": ("treegru", {"name": "annealing", "n_chains": 32, "steps": 4}),
+    # the same, starting from the model pretrained on the project's other networks (bench/dataset.py)
+    "xgb-pretrained+annealing": ({"name": "xgboost", "objective": "rank", "features": "relation", "pretrained": True},
+                                 {"name": "annealing", "n_chains": 64, "steps": 8}),
     "genetic": ("random", "genetic"),
     "random": ("random", "random"),
 }
 FIRST_LAYER_ONLY = ("xgb-reg+annealing", "treegru+annealing")   # rank vs regression, and TreeGRU: on the first layer
+
+
+#: held-out computations of examples/computations.py (no network of the dataset has them): name -> (function, args)
+GENERATED = {"gen.conv1d": ("conv1d", dict(N=1, C=256, L=512, K_out=256, R=3)),
+             "gen.attention_scores": ("attention_scores", dict(B=1, H=12, S=128, D=64))}
+
+
+def task_of(workload: str, template: str | None):
+    """The task a layer name stands for: a named workload (on `template`), or a generated computation."""
+    if workload in GENERATED:
+        import computations
+
+        import tunekit
+        fn, args = GENERATED[workload]
+        return tunekit.Task.from_compute(getattr(computations, fn), args, name=fn)
+    return {"workload": workload, "template": template} if template else workload
 
 
 def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfer: bool = False,
@@ -54,7 +77,7 @@ def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfe
     import tunekit
     os.makedirs(os.path.dirname(db), exist_ok=True)
     t0 = time.monotonic()
-    task = {"workload": workload, "template": template} if template else workload
+    task = task_of(workload, template)
     (res,) = per_task(tunekit.tune([task], target="x86", model=model, explorer=explorer, trials=trials, seed=seed,
                                    database=db, tuning={"transfer": transfer, "batch_size": 8}))
     if times is not None and res.done and res.measure_s:   # a resumed, finished run measures nothing
@@ -89,6 +112,25 @@ def plot(curves: dict, path: str, title: str) -> None:
     plot_curves(med, path, title)
 
 
+def report(tag: str, curves: dict, marks: list[int], n: int) -> dict:
+    """Print one layer's table (median best GFLOPS at each mark over seeds, with the min-max, and
+    the trials each method needed to reach random search's median best at n); return its figures."""
+    base = statistics.median(at(c, n) for c in curves["random"])
+    print(f"\n{tag}: random search reaches {base:.1f} GFLOPS in {n} trials (median of seeds)")
+    print(f"  {'method':26s}" + "".join(f"{m:>20d}" for m in marks) + "   trials to random's best (median)")
+    out = {"random_best": base, "methods": {}}
+    for label, runs in curves.items():
+        reach = [trials_to_reach(c, base) for c in runs]
+        med = statistics.median_high([r if r is not None else float("inf") for r in reach])
+        at_marks = {m: [at(c, m) for c in runs] for m in marks}
+        cells = "".join(f"{statistics.median(v):8.1f} ({min(v):5.1f}-{max(v):5.1f})" for v in at_marks.values())
+        print(f"  {label:26s}{cells}   {'never' if med == float('inf') else med}  "
+              f"(per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
+        out["methods"][label] = {"reach": reach, "reach_median": None if med == float("inf") else med,
+                                 "gflops": {str(m): v for m, v in at_marks.items()}}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="64 trials, 2 seeds, C6 only, no transfer of C8/C9")
@@ -98,12 +140,15 @@ def main() -> None:
     ap.add_argument("--template", default="nchwc",
                     help="tune the layers with this template "
                          "(nchwc: the large x86 conv2d space; '' = each op's default)")
-    ap.add_argument("--parts", default="search,transfer,budget", help="which parts to run")
+    ap.add_argument("--parts", default="search,transfer,budget",
+                    help="which parts to run: search (the methods, against random search), pretrained (xgboost "
+                         "starting from the shipped pretrained model, against random search), transfer, budget")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help="which search methods to run besides random search, the baseline (default: all)")
     ap.add_argument("--budget-trials", default=None,
                     help="trial counts of the budget part (default 64,256; --quick 64)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "search"))
+    ap.add_argument("--label", default="", help="figures to results/search@LABEL.json (default: search.json)")
     a = ap.parse_args()
     if a.quick:
         a.trials, a.seeds, a.layers = 64, 2, "resnet18.C6"
@@ -111,35 +156,40 @@ def main() -> None:
     os.makedirs(a.out, exist_ok=True)
     times_path = os.path.join(a.out, "times.json")
     times = json.load(open(times_path)) if os.path.exists(times_path) else {}
-    print(machine_report())
+    facts, started = machine_facts(), time.time()
+    print(machine_report(facts))
     n = a.trials
-    marks = sorted({n // 4, n // 2, n})
+    marks = sorted({m for m in (8, n // 4, n // 2, n) if 0 < m <= n})
     parts = a.parts.split(",")
-    if "search" in parts:
-        print(f"\nFigure 4/5: best GFLOPS found (median over {a.seeds} seeds) after "
+    chosen = a.methods.split(",")
+    wanted = [label for label in METHODS if label == "random"
+              or ("search" in parts and label in chosen and label != "xgb-pretrained+annealing")
+              or ("pretrained" in parts and label == "xgb-pretrained+annealing")]
+    searching = "search" in parts or "pretrained" in parts
+    if searching:
+        print(f"\nFigure 4/5: best GFLOPS found (median over {a.seeds} seeds, min-max) after "
               f"{', '.join(map(str, marks))} trials")
     layers = a.layers.split(",")
-    for layer in layers if "search" in parts else []:
+    figures = {}
+    for layer in layers if searching else []:
         curves = {}
-        tag = f"{layer}-{a.template}" if a.template else layer
-        for label, (model, explorer) in METHODS.items():
-            if label not in a.methods.split(",") + ["random"] or (label in FIRST_LAYER_ONLY and layer != layers[0]):
+        template = None if layer in GENERATED else a.template
+        tag = f"{layer}-{template}" if template else layer
+        for label in wanted:
+            if label in FIRST_LAYER_ONLY and layer != layers[0]:
                 continue
+            model, explorer = METHODS[label]
             curves[label] = [run(db_for(a.out, tag, f"{label}-seed{s}"), layer, model, explorer, n, s, times=times,
-                                 template=a.template) for s in range(a.seeds)]
+                                 template=template) for s in range(a.seeds)]
             json.dump(times, open(times_path, "w"), indent=1)
-        base = statistics.median(at(c, n) for c in curves["random"])
-        print(f"\n{tag}: random search reaches {base:.1f} GFLOPS in {n} trials")
-        print(f"  {'method':22s}" + "".join(f"{m:>9d}" for m in marks) + "   trials to random's best (median)")
-        for label, runs in curves.items():
-            reach = [trials_to_reach(c, base) for c in runs]
-            med = statistics.median_high([r if r is not None else float("inf") for r in reach])
-            med_s = "never" if med == float("inf") else str(med)
-            print(f"  {label:22s}" + "".join(f"{statistics.median(at(c, m) for c in runs):9.1f}" for m in marks)
-                  + f"   {med_s}  (per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
+        figures[tag] = report(tag, curves, marks, n)
         png = os.path.join(a.out, f"search_{tag}.png")
         plot(curves, png, f"{layer}: best GFLOPS vs trials (median of {a.seeds} seeds)")
         print(f"  plot: {png}")
+    if figures:
+        path = write_result(f"search{'@' + a.label if a.label else ''}", facts,
+                            {"trials": n, "seeds": a.seeds, "marks": marks, "layers": figures}, started)
+        print(f"\nfigures: {path}")
 
     if "transfer" in parts:
         transfer(a, n, times)

@@ -25,3 +25,21 @@ def layer_norm(M, N, eps=1e-5):
     var = te.compute((M,), lambda i: te.sum(d[i, k2] * d[i, k2] * (1.0 / N), axis=k2), name="var")
     y = te.compute((M, N), lambda i, j: d[i, j] / te.sqrt(var[i] + eps) * gamma[j] + beta[j], name="layer_norm")
     return [x, gamma, beta, y]
+
+
+def conv1d(N, C, L, K_out, R, stride=1):
+    """1-D convolution of x[N, C, L] by w[K_out, C, R] (no padding), as a speech or sequence model runs it."""
+    x, w = te.placeholder((N, C, L), "x"), te.placeholder((K_out, C, R), "w")
+    c, r = te.reduce_axis(C, "c"), te.reduce_axis(R, "r")
+    out = (L - R) // stride + 1
+    return [x, w, te.compute((N, K_out, out), lambda n, k, i: te.sum(x[n, c, i * stride + r] * w[k, c, r], axis=[c, r]),
+                             name="conv1d")]
+
+
+def attention_scores(B, H, S, D):
+    """Scaled attention scores q[B, H, S, D] . k[B, H, S, D]^T / sqrt(D): a batched matmul per head."""
+    q, k = te.placeholder((B, H, S, D), "q"), te.placeholder((B, H, S, D), "k")
+    d = te.reduce_axis(D, "d")
+    scale = 1.0 / D ** 0.5
+    return [q, k, te.compute((B, H, S, S), lambda b, h, i, j: te.sum(q[b, h, i, d] * k[b, h, j, d], axis=d) * scale,
+                             name="scores")]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import closing
 
 from tunekit.commands import Command, arg
-from tunekit.errors import ArgumentError, TemplateError, TunekitError
+from tunekit.errors import TemplateError, TunekitError
 
 #: the built-in subcommands by name, in the order they were declared
 COMMANDS: dict[str, Command] = {}
@@ -394,26 +394,8 @@ def dataset(args: argparse.Namespace) -> int:
     and its device (`tunekit.tuning.dataset`). `tunekit dataset train data.npz -o model.json`: a
     cost model trained across the dataset's tasks, which a recipe starts from with
     `model = { name = "xgboost", pretrained = "model.json" }`."""
-    from tunekit.tuning import dataset as ds
-    if args.action == "export":
-        data = ds.export(args.inputs, args.output)
-        print(f"{args.output}: {len(data.seconds)} trials of {len(data.tasks)} tasks, {data.features.shape[1]} "
-              f"features each, from {len(data.devices)} device(s)")
-        return 0
-    if len(args.inputs) != 1:
-        raise ArgumentError(f"dataset train reads one dataset, got {len(args.inputs)}: {' '.join(args.inputs)}")
-    from pydantic import ValidationError
-    from pydantic_core import PydanticCustomError
-
-    from tunekit.recipe.components import component_spec
-    try:
-        spec = json.loads(args.model) if args.model.lstrip().startswith("{") else args.model
-        model = component_spec("cost model", "xgboost", spec).create()
-    except (ValueError, PydanticCustomError, ValidationError) as e:
-        raise ArgumentError(f"--model {args.model}: {e}") from None
-    data = ds.train(args.inputs[0], model, args.output)
-    print(f"{args.output}: {model.name} trained on {len(data.seconds)} trials of {len(data.tasks)} tasks")
-    return 0
+    from tunekit.cli.run import dataset_action
+    return dataset_action(args)
 
 
 @command("db", arg("action", choices=["import", "recover"], help="import: add a JSONL log's records to a database; "

@@ -3,6 +3,7 @@ checked against onnxruntime's on the same inputs."""
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -10,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from tunekit.errors import TunekitError
+from tunekit.errors import ArgumentError, TunekitError
 
 
 def sizes(specs: list[str], flag: str, ranged: bool = False, several: bool = False) -> dict:
@@ -214,3 +215,27 @@ def onnxruntime_tokens(path: str, prompt: np.ndarray, new_tokens: int) -> np.nda
         feeds = {fed[o]: out[o] for o in fed}
         ids = np.array([[tokens[-1]]], np.int64)
     return np.array(tokens, np.int64)
+
+
+def dataset_action(args: argparse.Namespace) -> int:
+    """`tunekit dataset export|train` (see `commands.dataset`)."""
+    from tunekit.tuning import dataset as ds
+    if args.action == "export":
+        data = ds.export(args.inputs, args.output)
+        print(f"{args.output}: {len(data.seconds)} trials of {len(data.tasks)} tasks, {data.features.shape[1]} "
+              f"features each, from {len(data.devices)} device(s)")
+        return 0
+    if len(args.inputs) != 1:
+        raise ArgumentError(f"dataset train reads one dataset, got {len(args.inputs)}: {' '.join(args.inputs)}")
+    from pydantic import ValidationError
+    from pydantic_core import PydanticCustomError
+
+    from tunekit.recipe.components import component_spec
+    try:
+        spec = json.loads(args.model) if args.model.lstrip().startswith("{") else args.model
+        model = component_spec("cost model", "xgboost", spec).create()
+    except (ValueError, PydanticCustomError, ValidationError) as e:
+        raise ArgumentError(f"--model {args.model}: {e}") from None
+    data = ds.train(args.inputs[0], model, args.output)
+    print(f"{args.output}: {model.name} trained on {len(data.seconds)} trials of {len(data.tasks)} tasks")
+    return 0
