@@ -22,6 +22,7 @@ from tunekit.errors import TunekitError
 
 FeatureKind = Literal["knob", "flatten", "relation", "curve"]
 _MIN_HELDOUT = 8          # fewer held-out trials than this: train without early stopping
+_MIN_GROUPS = 5           # trials of this many tasks or more: hold out whole tasks, not trials
 _REFIT_BELOW = 2000       # up to this many trials, refit on all of them once the held-out ones chose the rounds
 _FORMAT = 1
 
@@ -205,13 +206,21 @@ class GBTModel(tunekit.CostModel):
     def _rank_loss(self, y, groups, rng) -> PairwiseRankLoss:
         return PairwiseRankLoss(y, groups, rng, self.options.max_pairs)
 
-    def _fit(self, x, y, groups, margin, rng) -> list:
+    def _fit(self, x, y, groups, margin, rng, refit: bool = False, most: int | None = None) -> list:
+        """Boosters of the ensemble, their rounds (at most `most`, default num_boost_round) chosen on
+        held-out trials; `refit`: then train on all trials, however many (a one-off pretraining; the
+        tuner's fits refit up to _REFIT_BELOW)."""
         o, n = self.options, len(y)
+        most = most or o.num_boost_round
         members = []
         for _ in range(o.ensemble):
             if o.ensemble > 1:
                 train = np.sort(rng.integers(n, size=n))   # sorted: rows stay grouped
                 held = np.setdiff1d(np.arange(n), train)
+            elif len(kinds := np.unique(groups)) >= _MIN_GROUPS:   # across tasks: stop where unseen tasks rank best
+                out = rng.permutation(kinds)[:round(len(kinds) * o.validation_fraction)]
+                mask = np.isin(groups, out)
+                held, train = np.flatnonzero(mask), np.flatnonzero(~mask)
             else:
                 perm = rng.permutation(n)
                 n_held = round(n * o.validation_fraction)
@@ -219,12 +228,11 @@ class GBTModel(tunekit.CostModel):
             if len(held) < _MIN_HELDOUT or len(np.unique(y[held])) < 2:   # too few to hold out: all trials, every round
                 train = train if o.ensemble > 1 else np.arange(n)
                 members.append(self._train(x[train], y[train], groups[train], _take(margin, train), None,
-                                           o.num_boost_round, rng))
+                                           most, rng))
                 continue
             part = (x[held], y[held], groups[held], _take(margin, held))
-            booster, rounds = self._train(x[train], y[train], groups[train], _take(margin, train), part,
-                                          o.num_boost_round, rng)
-            if o.ensemble == 1 and n <= _REFIT_BELOW:   # the held-out trials chose the rounds: learn from them too
+            booster, rounds = self._train(x[train], y[train], groups[train], _take(margin, train), part, most, rng)
+            if o.ensemble == 1 and (n <= _REFIT_BELOW or refit):   # the rounds chosen: learn from all trials
                 booster, rounds = self._train(x, y, groups, margin, None, rounds, rng)
             members.append((booster, rounds))
         return members
@@ -245,8 +253,11 @@ class GBTModel(tunekit.CostModel):
             return
         margin = self._global_margin(cands)
         rng = np.random.default_rng([self.options.seed, len(trials)])
+        # from a global model, a round per trial at most: a few trials move it a little (with all rounds, 8-16
+        # trials made a pretrained model rank a held-out layer worse than it did alone)
+        most = min(self.options.num_boost_round, len(trials)) if margin is not None else None
         self._local = _Fitted(self.options.features, x.shape[1],
-                              self._fit(x, y, np.zeros(len(y), np.int64), margin, rng))
+                              self._fit(x, y, np.zeros(len(y), np.int64), margin, rng, most=most))
 
     def fit_history(self, records) -> None:
         """Train the global model on trials of other workloads, on `transfer_features`.
@@ -278,7 +289,7 @@ class GBTModel(tunekit.CostModel):
             y[m] = throughput(seconds[m])
         x = np.asarray(dataset.features, np.float32)[order]
         rng = np.random.default_rng([self.options.seed, len(y), 2])
-        self._global = _Fitted(dataset.kind, x.shape[1], self._fit(x, y, gid, None, rng))
+        self._global = _Fitted(dataset.kind, x.shape[1], self._fit(x, y, gid, None, rng, refit=True))
         self._local = None
 
     def start(self, space) -> None:
