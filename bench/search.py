@@ -172,16 +172,18 @@ def main() -> None:
     layers = a.layers.split(",")
     figures = {}
     for layer in layers if searching else []:
-        curves = {}
         template = None if layer in GENERATED else a.template
         tag = f"{layer}-{template}" if template else layer
-        for label in wanted:
-            if label in FIRST_LAYER_ONLY and layer != layers[0]:
-                continue
-            model, explorer = METHODS[label]
-            curves[label] = [run(db_for(a.out, tag, f"{label}-seed{s}"), layer, model, explorer, n, s, times=times,
-                                 template=template) for s in range(a.seeds)]
-            json.dump(times, open(times_path, "w"), indent=1)
+        labels = [label for label in wanted if label not in FIRST_LAYER_ONLY or layer == layers[0]]
+        curves = {label: [] for label in labels}
+        # seed by seed, the methods in rotating order: the machine's speed drifts (runs of one method measured
+        # in a row came out 4% apart on a shared machine), so each method meets the drift alike
+        for s in range(a.seeds):
+            for label in labels[s % len(labels):] + labels[:s % len(labels)]:
+                model, explorer = METHODS[label]
+                curves[label].append(run(db_for(a.out, tag, f"{label}-seed{s}"), layer, model, explorer, n, s,
+                                         times=times, template=template))
+                json.dump(times, open(times_path, "w"), indent=1)
         figures[tag] = report(tag, curves, marks, n)
         png = os.path.join(a.out, f"search_{tag}.png")
         plot(curves, png, f"{layer}: best GFLOPS vs trials (median of {a.seeds} seeds)")

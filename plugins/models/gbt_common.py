@@ -70,7 +70,8 @@ class GBTOptions(tunekit.Options):
                            "the task's own trials as they come (Eq. 4 of the paper). true: the model shipped for "
                            "the target and its CPU (`pretrained/<target>-<cpu>.json` beside the plugin; without "
                            "one, a warning says so and the model starts from nothing); a path: a model `tunekit "
-                           "dataset train` wrote.")
+                           "dataset train` wrote. With [tuning] transfer and history in the database, the model "
+                           "trained on that history replaces it.")
     n_jobs: int = Field(1, ge=0, description="Threads for training and prediction (0: the library's default, "
                                              "all cores). One by default: fits are small, and idle OpenMP "
                                              "threads were seen to stall a fit for seconds on a busy machine.")
@@ -185,6 +186,7 @@ class GBTModel(tunekit.CostModel):
         self._global: _Fitted | None = None
         self._local: _Fitted | None = None
         self.best_y = 1.0
+        self.pretrained_on: dict | None = None   # what `pretrain` learned from: saved with the model
 
     # -- backend ----------------------------------------------------------------------------
     def _train(self, x, y, groups, margin, heldout, rounds: int, rng) -> tuple[object, int]:
@@ -291,6 +293,9 @@ class GBTModel(tunekit.CostModel):
         rng = np.random.default_rng([self.options.seed, len(y), 2])
         self._global = _Fitted(dataset.kind, x.shape[1], self._fit(x, y, gid, None, rng, refit=True))
         self._local = None
+        self.pretrained_on = {"trials": len(y), "tasks": [t.get("workload") for t in dataset.tasks],
+                              "templates": sorted({str(t.get("template")) for t in dataset.tasks}),
+                              "devices": list(dataset.devices), "tunekit": tunekit.__version__}
 
     def start(self, space) -> None:
         """Load the pretrained global model the options name (`GBTOptions.pretrained`)."""
@@ -345,7 +350,8 @@ class GBTModel(tunekit.CostModel):
                 [base64.b64encode(self._dumps(b)).decode(), r] for b, r in f.members]}
         with open(path, "w") as fh:
             json.dump({"format": _FORMAT, "model": self.name, "options": self.options.model_dump(),
-                       "best_y": self.best_y, "global": enc(self._global), "local": enc(self._local)}, fh)
+                       "best_y": self.best_y, "global": enc(self._global), "local": enc(self._local),
+                       "pretrained_on": self.pretrained_on}, fh)
 
     def load(self, path: str) -> None:
         """Read the state written by `save` (also its options)."""
@@ -353,6 +359,7 @@ class GBTModel(tunekit.CostModel):
         self.options = self.Options.model_validate(state["options"])
         self.best_y = state["best_y"]
         self._global, self._local = self._decode(state["global"]), self._decode(state["local"])
+        self.pretrained_on = state.get("pretrained_on")
 
     def _state(self, path: str) -> dict:
         try:
