@@ -187,11 +187,10 @@ def main() -> None:
         figures[tag] = report(tag, curves, marks, n)
         png = os.path.join(a.out, f"search_{tag}.png")
         plot(curves, png, f"{layer}: best GFLOPS vs trials (median of {a.seeds} seeds)")
-        print(f"  plot: {png}")
-    if figures:
+        # after every layer: a run stopped early keeps the layers it finished
         path = write_result(f"search{'@' + a.label if a.label else ''}", facts,
                             {"trials": n, "seeds": a.seeds, "marks": marks, "layers": figures}, started)
-        print(f"\nfigures: {path}")
+        print(f"  plot: {png}; figures: {path}")
 
     if "transfer" in parts:
         transfer(a, n, times)
