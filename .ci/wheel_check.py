@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 #: the plugins that contributed something (a component or template), as the installed tunekit sees them
@@ -16,6 +17,10 @@ root = Path(__file__).resolve().parent.parent
 with tempfile.TemporaryDirectory() as tmp:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, str(root)], check=True)
     wheel = next(Path(tmp).glob("tunekit-*.whl"))
+    # the package data a user needs: the pretrained cost models (`pretrained = true`)
+    shipped = {f"tunekit_plugins/{p.relative_to(root / 'plugins').as_posix()}"
+               for p in (root / "plugins").rglob("pretrained/*.json")}
+    unshipped = sorted(shipped - set(zipfile.ZipFile(wheel).namelist()))
     venv = Path(tmp) / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", str(wheel)], check=True)
@@ -26,7 +31,9 @@ entry_points = tomllib.loads((root / "pyproject.toml").read_text())["project"]["
 missing = sorted(set(entry_points) - set(loaded.stdout.split()))
 problems = ([f"tunekit plugins exited {out.returncode}"] * (out.returncode != 0)
             + [f"plugins that contribute nothing from the wheel: {missing}"] * bool(missing)
-            + ["broken plugins (see above)"] * ("broken plugins" in out.stdout))
+            + ["broken plugins (see above)"] * ("broken plugins" in out.stdout)
+            + [f"files missing from the wheel: {unshipped}"] * bool(unshipped))
 if problems:
     sys.exit("wheel check failed: " + "; ".join(problems))
-print(f"wheel check: {wheel.name} installs in a fresh venv; all {len(entry_points)} plugins load")
+print(f"wheel check: {wheel.name} installs in a fresh venv; all {len(entry_points)} plugins load; "
+      f"{len(shipped)} pretrained model file(s) in it")

@@ -120,15 +120,31 @@ def report(tag: str, curves: dict, marks: list[int], n: int) -> dict:
     print(f"  {'method':26s}" + "".join(f"{m:>20d}" for m in marks) + "   trials to random's best (median)")
     out = {"random_best": base, "methods": {}}
     for label, runs in curves.items():
-        reach = [trials_to_reach(c, base) for c in runs]
-        med = statistics.median_high([r if r is not None else float("inf") for r in reach])
+        reach, med = _reach(runs, base)
+        near, near_med = _reach(runs, NEAR * base)
         at_marks = {m: [at(c, m) for c in runs] for m in marks}
         cells = "".join(f"{statistics.median(v):8.1f} ({min(v):5.1f}-{max(v):5.1f})" for v in at_marks.values())
-        print(f"  {label:26s}{cells}   {'never' if med == float('inf') else med}  "
-              f"(per seed: {', '.join('-' if r is None else str(r) for r in reach)})")
-        out["methods"][label] = {"reach": reach, "reach_median": None if med == float("inf") else med,
+        print(f"  {label:26s}{cells}   {med or 'never'}  (per seed: {_seeds(reach)}); "
+              f"within {1 - NEAR:.0%}: {near_med or 'never'} ({_seeds(near)})")
+        out["methods"][label] = {"reach": reach, "reach_median": med, "near": near, "near_median": near_med,
                                  "gflops": {str(m): v for m, v in at_marks.items()}}
     return out
+
+
+#: a second reach target, random's best less 2%: the same config timed in another run differed by more
+#: (5-95%: -12% to +16% on C10, 2026-12-04), so the strict target is partly the luck of its timing
+NEAR = 0.98
+
+
+def _reach(runs: list, target: float) -> tuple[list, int | None]:
+    """The trials each run needed to reach `target` GFLOPS (None: never), and their median (None: never)."""
+    reach = [trials_to_reach(c, target) for c in runs]
+    med = statistics.median_high([r if r is not None else float("inf") for r in reach])
+    return reach, None if med == float("inf") else med
+
+
+def _seeds(reach: list) -> str:
+    return ", ".join("-" if r is None else str(r) for r in reach)
 
 
 def main() -> None:

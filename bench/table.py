@@ -17,6 +17,7 @@ import glob
 import json
 import math
 import os
+import statistics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(HERE, "..", "README.md")
@@ -157,8 +158,40 @@ def generate_rows(doc: dict) -> list[list[str]]:
              f"{ratio(first['pytorch'], first['tunekit'])} PyTorch", f"{f['trials_per_task']} a task"]]
 
 
+def search_rows(doc: dict) -> list[list[str]]:
+    """One row per layer of bench/search.py: the trials the learned search (from scratch, and from the
+    pretrained model) needed to reach random search's best at N trials (median over seeds, each seed's,
+    and to within 2% of it), and each method's median best GFLOPS at 16 trials and at N."""
+    f = doc["figures"]
+    n, seeds = f["trials"], f["seeds"]
+    names = {"xgb-rank-relation+annealing": "xgboost", "xgb-pretrained+annealing": "pretrained xgboost"}
+    rows = []
+    for tag, layer in f["layers"].items():
+        m = layer["methods"]
+        ours = [label for label in names if label in m]
+        rows.append([f"{tag}: trials to random search's {n}-trial best (median of {seeds} seeds; per seed; "
+                     f"to within 2% of it), GFLOPS at 16 / {n} trials",
+                     "; ".join(f"{names[label]} {_reach(m[label])}, {_at(m[label], n)}" for label in ours),
+                     f"random {layer['random_best']:.0f} GFLOPS at {n}; {_at(m['random'], n)}",
+                     "; ".join(f"{names[label]} {n / m[label]['reach_median']:.1f}x fewer trials"
+                               if m[label]["reach_median"] else f"{names[label]} never" for label in ours),
+                     f"{n} a seed"])
+    return rows
+
+
+def _reach(method: dict) -> str:
+    per_seed = ", ".join("-" if r is None else str(r) for r in method["reach"])
+    near = f", within 2%: {method['near_median'] or 'never'}" if "near_median" in method else ""
+    return f"{method['reach_median'] or 'never'} ({per_seed}){near}"
+
+
+def _at(method: dict, n: int) -> str:
+    """The median over seeds of the best GFLOPS at 16 and n trials (as bench/search.py prints them)."""
+    return f"{statistics.median(method['gflops']['16']):.0f} / {statistics.median(method['gflops'][str(n)]):.0f}"
+
+
 ROWS = {"e2e": e2e_row, "matmul": matmul_row, "int8_matmul": int8_matmul_rows, "deploy": deploy_rows,
-        "symbolic": symbolic_rows, "generate": generate_rows}
+        "symbolic": symbolic_rows, "generate": generate_rows, "search": search_rows}
 
 
 def run_line(key: str, doc: dict) -> str:
