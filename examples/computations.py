@@ -37,9 +37,10 @@ def conv1d(N, C, L, K_out, R, stride=1):
 
 
 def attention_scores(B, H, S, D):
-    """Scaled attention scores q[B, H, S, D] . k[B, H, S, D]^T / sqrt(D): a batched matmul per head."""
-    q, k = te.placeholder((B, H, S, D), "q"), te.placeholder((B, H, S, D), "k")
+    """Scaled attention scores q[B, H, S, D] . kt[B, H, D, S] / sqrt(D): a batched matmul per head, the
+    keys transposed as an exported transformer's graph transposes them before its MatMul."""
+    q, kt = te.placeholder((B, H, S, D), "q"), te.placeholder((B, H, D, S), "kt")
     d = te.reduce_axis(D, "d")
     scale = 1.0 / D ** 0.5
-    return [q, k, te.compute((B, H, S, S), lambda b, h, i, j: te.sum(q[b, h, i, d] * k[b, h, j, d], axis=d) * scale,
-                             name="scores")]
+    return [q, kt, te.compute((B, H, S, S), lambda b, h, i, j: te.sum(q[b, h, i, d] * kt[b, h, d, j], axis=d) * scale,
+                              name="scores")]
