@@ -135,11 +135,8 @@ def history_labels(records, seed: int, cap: int):
         records = [records[i] for i in np.sort(rng.choice(len(records), cap, False))]
     spaces: dict[int, int] = {}
     gid = np.array([spaces.setdefault(id(r.candidate.config.space), len(spaces)) for r in records], np.int64)
-    y = np.zeros(len(records))
-    for g in range(len(spaces)):
-        m = np.flatnonzero(gid == g)
-        y[m] = labels([records[i] for i in m])
-    return records, gid, y, rng
+    costs = np.array([r.cost if r.ok else np.inf for r in records], np.float64)
+    return records, gid, throughput(costs, gid), rng
 
 
 def labels(trials) -> np.ndarray:
@@ -147,12 +144,15 @@ def labels(trials) -> np.ndarray:
     return throughput(np.array([t.cost if t.ok else np.inf for t in trials], np.float64))
 
 
-def throughput(costs: np.ndarray) -> np.ndarray:
-    """best cost / cost of `costs` (seconds; inf or 0 for failures, whose label is 0)."""
+def throughput(costs: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """best cost / cost of `costs` (seconds; inf or 0 for failures, whose label is 0), the best taken
+    within each group of `groups` (a task's configs are compared with the task's best) or over all."""
     ok = np.isfinite(costs) & (costs > 0)
+    groups = np.zeros(len(costs), np.int64) if groups is None else np.asarray(groups)
     y = np.zeros(len(costs))
-    if ok.any():
-        y[ok] = costs[ok].min() / costs[ok]
+    for g in np.unique(groups[ok]):
+        m = ok & (groups == g)
+        y[m] = costs[m].min() / costs[m]
     return y
 
 
@@ -284,11 +284,7 @@ class GBTModel(tunekit.CostModel):
         the rank loss compares rows of one task only). Drops the local model."""
         order = np.argsort(dataset.task, kind="stable")
         gid = np.asarray(dataset.task, np.int64)[order]
-        seconds = np.asarray(dataset.seconds, np.float64)[order]
-        y = np.zeros(len(gid))
-        for g in np.unique(gid):
-            m = gid == g
-            y[m] = throughput(seconds[m])
+        y = throughput(np.asarray(dataset.seconds, np.float64)[order], gid)
         x = np.asarray(dataset.features, np.float32)[order]
         rng = np.random.default_rng([self.options.seed, len(y), 2])
         self._global = _Fitted(dataset.kind, x.shape[1], self._fit(x, y, gid, None, rng, refit=True))
