@@ -6,10 +6,10 @@ in two runs differs by more than the top of a space is wide, so measured searche
 
 Each layer's every config is timed once, in its database under bench/results/replay/ (a rerun
 resumes). Then each method searches the table instead of the machine: the tuner's own proposal
-rules (the untuned default first, epsilon-greedy random picks, batches of 8) with the real explorer
-and cost model, each "measured" config read from the table. It prints, per method, the median
-fraction of the space's best found at 8/16/32/64 trials and the trials to reach random search's
-median 64-trial best, and writes results/replay.json.
+step (`tunekit.tuning.tuner.propose_batch`: the untuned default first, epsilon-greedy random picks;
+batches of 8) with the real explorer and cost model, each "measured" config read from the table.
+It prints, per method, the median fraction of the space's best found at 8/16/32/64 trials and
+the trials to reach random search's median 64-trial best, and writes results/replay.json.
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def replay(ts, table: dict, label: str, seed: int, trials: int, batch: int = 8, 
     """The best speed (1 / seconds) after each trial of one search of `table`, as the tuner runs it."""
     from tunekit.plugin.registry import registry
     from tunekit.records import Trial
+    from tunekit.tuning.tuner import propose_batch
 
     def make(kind, spec):
         spec = dict(spec) if isinstance(spec, dict) else {"name": spec}
@@ -62,12 +63,7 @@ def replay(ts, table: dict, label: str, seed: int, trials: int, batch: int = 8, 
     explorer.start(ts, model, rng)
     done, curve, best, default = [], [], float("inf"), ts.space.default()
     while len(done) < trials:
-        n = min(batch, trials - len(done))
-        first = [] if default in ts.measured else [default]
-        want = n - len(first) - sum(rng.random() < eps for _ in range(n - len(first)))
-        picks = first + [i for i in explorer.propose(want) if i not in first][:want]
-        seen = ts.measured | set(picks)
-        picks += [i for i in ts.space.sample(rng, 2 * (n - len(picks)) + 4) if i not in seen][:n - len(picks)]
+        picks = propose_batch(ts, rng, min(batch, trials - len(done)), eps, default, explorer.propose)
         new = []
         for i in picks:
             ok = table[i] < float("inf")

@@ -43,6 +43,30 @@ def test_epsilon_greedy_and_exhaustion(tmp_path, null):
     assert st.finished == "space exhausted" and st.done == st.ts.space.size - 2   # 10 of 12 are valid
 
 
+def test_a_batch_is_the_default_then_the_guided_picks_then_random_ones(tmp_path, null):
+    import random
+
+    from tunekit.tuning.tuner import propose_batch
+    ts = tunekit.tune([task(16)], target="null", trials=1, database=str(tmp_path / "t.db"))[0].ts
+    ts.measured = set()
+    d = ts.space.default()
+    a, b = [i for i in ts.space.sample(random.Random(1), 8) if i != d][:2]
+    asked = []
+
+    def guided(k):
+        asked.append(k)
+        return [i for i in (d, a, b) if i not in ts.measured][:k]   # the default again must not count twice
+    picks = propose_batch(ts, random.Random(0), 6, 0.0, d, guided)
+    assert picks[:3] == [d, a, b] and asked == [5] and len(set(picks)) == 6
+    assert all(ts.space.valid(i) for i in picks[3:])
+    ts.measured = {d, a}
+    picks = propose_batch(ts, random.Random(0), 4, 0.0, d, guided)
+    assert picks[0] == b and not ts.measured & set(picks) and len(set(picks)) == 4
+    asked.clear()
+    picks = propose_batch(ts, random.Random(0), 4, 1.0, d, guided)   # epsilon 1: every pick at random
+    assert asked == [0] and len(set(picks)) == 4 and not ts.measured & set(picks)
+
+
 class Recorder(tunekit.CostModel):
     """Records what it was trained on (a test model)."""
     name = "recorder"

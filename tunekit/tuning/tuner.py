@@ -73,6 +73,30 @@ class TaskState:
         self.curve.append(self.best.cost if self.best else float("inf"))
 
 
+def propose_batch(ts, rng: random.Random, n: int, epsilon: float, default: int, guided) -> list[int]:
+    """Choose the next batch of a task's configs to measure (Algorithm 1's proposal step).
+
+    Args:
+        ts: the task's TaskSpace; its measured configs are never chosen again.
+        rng: the task's random stream.
+        n: the batch size.
+        epsilon: the share of the batch drawn at random (the paper's epsilon-greedy), whatever the explorer.
+        default: the template's untuned config, chosen first while unmeasured: a task's best is then
+            never worse than what an untuned build runs (a few trials of a large space often find nothing better).
+        guided: `guided(k)` returns up to k distinct unmeasured configs the explorer picks with the cost model.
+
+    Returns:
+        Up to `n` distinct unmeasured config indices: the default, the guided picks, then random valid ones.
+    """
+    first = [] if default in ts.measured else [default]
+    n_rand = sum(rng.random() < epsilon for _ in range(n - len(first)))
+    want = n - len(first) - n_rand
+    picks = first + [i for i in guided(want) if i not in first]
+    seen = ts.measured | set(picks)
+    extra = [i for i in ts.space.sample(rng, 2 * (n - len(picks)) + 4) if i not in seen]
+    return picks + extra[: n - len(picks)]
+
+
 class Tuner:
     """Runs a validated Recipe to completion (or until stopped)."""
 
@@ -120,18 +144,9 @@ class Tuner:
         st.done = db.count(st.key, self.run_id) - st.stale_in_run
 
     def _propose(self, st: TaskState, n: int) -> list[int]:
-        # the template's untuned default is measured first, so that a task's best is never worse than
-        # what an untuned build runs (a few trials of a large space often find nothing better)
-        first = [] if st.default in st.ts.measured else [st.default]
-        eps = self.recipe.tuning.epsilon
-        n_rand = sum(st.rng.random() < eps for _ in range(n - len(first)))
-        want = n - len(first) - n_rand
-        picks = first + [i for i in self.guard.proposals(st.explorer, st.ts, st.explorer.propose(want), want)
-                         if i not in first]
-        # epsilon-greedy is the core's, for every explorer: random valid unmeasured picks
-        seen = st.ts.measured | set(picks)
-        extra = [i for i in st.ts.space.sample(st.rng, 2 * (n - len(picks)) + 4) if i not in seen]
-        return picks + extra[: n - len(picks)]
+        def guided(k: int) -> list[int]:
+            return self.guard.proposals(st.explorer, st.ts, st.explorer.propose(k), k)
+        return propose_batch(st.ts, st.rng, n, self.recipe.tuning.epsilon, st.default, guided)
 
     def run(self) -> list[TaskState]:
         """Tune to the end of the budget. Ctrl-C or SIGTERM stops it after closing the
