@@ -74,23 +74,12 @@ class TaskState:
 
 
 def propose_batch(ts, rng: random.Random, n: int, epsilon: float, default: int, guided) -> list[int]:
-    """Choose the next batch of a task's configs to measure (Algorithm 1's proposal step).
-
-    Args:
-        ts: the task's TaskSpace; its measured configs are never chosen again.
-        rng: the task's random stream.
-        n: the batch size.
-        epsilon: the share of the batch drawn at random (the paper's epsilon-greedy), whatever the explorer.
-        default: the template's untuned config, chosen first while unmeasured: a task's best is then
-            never worse than what an untuned build runs (a few trials of a large space often find nothing better).
-        guided: `guided(k)` returns up to k distinct unmeasured configs the explorer picks with the cost model.
-
-    Returns:
-        Up to `n` distinct unmeasured config indices: the default, the guided picks, then random valid ones.
-    """
+    """Choose up to `n` distinct unmeasured configs of a task (`ts`, its TaskSpace) to measure next: the
+    template's untuned `default` while unmeasured (a task's best is then never worse than an untuned build),
+    the explorer's picks (`guided(k)`: up to k distinct unmeasured ones), and about `epsilon` of the batch
+    drawn at random from `rng` (the paper's epsilon-greedy, whatever the explorer)."""
     first = [] if default in ts.measured else [default]
-    n_rand = sum(rng.random() < epsilon for _ in range(n - len(first)))
-    want = n - len(first) - n_rand
+    want = n - len(first) - sum(rng.random() < epsilon for _ in range(n - len(first)))
     picks = first + [i for i in guided(want) if i not in first]
     seen = ts.measured | set(picks)
     extra = [i for i in ts.space.sample(rng, 2 * (n - len(picks)) + 4) if i not in seen]
@@ -144,9 +133,8 @@ class Tuner:
         st.done = db.count(st.key, self.run_id) - st.stale_in_run
 
     def _propose(self, st: TaskState, n: int) -> list[int]:
-        def guided(k: int) -> list[int]:
-            return self.guard.proposals(st.explorer, st.ts, st.explorer.propose(k), k)
-        return propose_batch(st.ts, st.rng, n, self.recipe.tuning.epsilon, st.default, guided)
+        return propose_batch(st.ts, st.rng, n, self.recipe.tuning.epsilon, st.default,
+                             lambda k: self.guard.proposals(st.explorer, st.ts, st.explorer.propose(k), k))
 
     def run(self) -> list[TaskState]:
         """Tune to the end of the budget. Ctrl-C or SIGTERM stops it after closing the
