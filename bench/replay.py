@@ -47,18 +47,14 @@ def table_of(layer: str, out: str) -> tuple:
 
 def replay(ts, table: dict, label: str, seed: int, trials: int, batch: int = 8, eps: float = 0.05) -> list[float]:
     """The best speed (1 / seconds) after each trial of one search of `table`, as the tuner runs it."""
-    from tunekit.plugin.registry import registry
+    from tunekit.recipe.components import component_spec
     from tunekit.records import Trial
     from tunekit.tuning.tuner import propose_batch
-
-    def make(kind, spec):
-        spec = dict(spec) if isinstance(spec, dict) else {"name": spec}
-        cls = registry().component(kind, spec.pop("name"))
-        return cls(cls.Options(**spec))
     model_spec, explorer_spec = METHODS[label]
     rng = random.Random(f"{seed}:{ts.task.key}")   # as the tuner seeds a task
     ts.measured = set()
-    model, explorer = make("cost model", model_spec), make("explorer", explorer_spec)
+    model, explorer = (component_spec(kind, "", spec).create()
+                       for kind, spec in (("cost model", model_spec), ("explorer", explorer_spec)))
     model.start(ts)
     explorer.start(ts, model, rng)
     done, curve, best, default = [], [], float("inf"), ts.space.default()

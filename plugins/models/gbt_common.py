@@ -135,13 +135,12 @@ def history_labels(records, seed: int, cap: int):
         records = [records[i] for i in np.sort(rng.choice(len(records), cap, False))]
     spaces: dict[int, int] = {}
     gid = np.array([spaces.setdefault(id(r.candidate.config.space), len(spaces)) for r in records], np.int64)
-    costs = np.array([r.cost if r.ok else np.inf for r in records], np.float64)
-    return records, gid, throughput(costs, gid), rng
+    return records, gid, labels(records, gid), rng
 
 
-def labels(trials) -> np.ndarray:
-    """Normalized throughput: best cost / cost (1 for the best), 0 for failures."""
-    return throughput(np.array([t.cost if t.ok else np.inf for t in trials], np.float64))
+def labels(trials, groups: np.ndarray | None = None) -> np.ndarray:
+    """Normalized throughput: best cost / cost (1 for the best; within each group of `groups`), 0 for failures."""
+    return throughput(np.array([t.cost if t.ok else np.inf for t in trials], np.float64), groups)
 
 
 def throughput(costs: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
