@@ -7,10 +7,9 @@ search (unbiased samples of each space), then export their trials.
 Tasks: every distinct task of MobileNet-v2, DQN, DCGAN, the LSTM LM, BERT and GPT-2 on each
 template that serves it; every conv2d of them also in plain NCHW on every template (the large
 `nchwc` space among them); MobileNet v1's depthwise layers (mobilenet.D1-D9); softmax and layer
-norm of examples/computations.py; 128 generated conv2d layers (`conv_tasks`). Each task is tuned
-alone, in its network's database under DIR (a rerun resumes), then `tunekit dataset export` writes
-DIR/data.npz. The shipped model was trained with `tunekit dataset train DIR/data.npz -o MODEL.json
---model '{"name": "xgboost", "num_boost_round": 500, "learning_rate": 0.1}'`.
+norm of examples/computations.py. Each task is tuned alone, in its network's database under
+DIR (a rerun resumes), then `tunekit dataset export` writes DIR/data.npz.
+Train the model with `tunekit dataset train DIR/data.npz -o MODEL.json`.
 """
 from __future__ import annotations
 
@@ -59,32 +58,6 @@ def other_tasks() -> list:
     return tasks
 
 
-def conv_tasks(n: int, seed: int = 0) -> list:
-    """`n` generated conv2d layers on the `nchwc` template (kernels 1-7, strides 1-2, 3-512 channels,
-    7-112 pixels, 5-400 MFLOP), none with the channels, kernel and stride of a ResNet-18 layer at any size:
-    the kinds of layer the networks above have few of (stems, dense and strided convolutions)."""
-    import random
-
-    import tunekit
-    resnet = {(t.args["C"], t.args["K_out"], t.args["R"], t.args["stride"][0])
-              for t in (tunekit.Task(workload=f"resnet18.C{i}") for i in range(1, 13))}
-    rng, tasks, seen = random.Random(seed), [], set()
-    channels = (8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)
-    while len(tasks) < n:
-        r, s = rng.choice(((1, 1), (1, 1), (1, 1), (1, 2), (1, 2), (3, 1), (3, 1), (3, 1), (3, 2), (3, 2),
-                           (5, 1), (5, 2), (7, 2)))
-        c = 3 if r == 7 or rng.random() < 0.05 else rng.choice(channels)
-        k, hw = rng.choice(channels), rng.choice((7, 14, 28, 56, 112))
-        out = (hw + 2 * (r // 2) - r) // s + 1
-        flops = 2 * c * k * r * r * out * out
-        if (c, k, r, s) in resnet or (c, k, r, s, hw) in seen or not 5e6 <= flops <= 4e8:
-            continue
-        seen.add((c, k, r, s, hw))
-        tasks.append(tunekit.Task("conv2d", dict(N=1, C=c, H=hw, W=hw, R=r, S=r, stride=(s, s),
-                                                 padding=(r // 2, r // 2), K_out=k), template="nchwc"))
-    return tasks
-
-
 def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[tuple]) -> int:
     """Tune every (task, template) alone with random search; return how many were tuned."""
     import tunekit
@@ -107,12 +80,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="8 trials per task, MobileNet-v2 and DQN only")
     ap.add_argument("--trials", type=int, default=24, help="trials per task and template")
     ap.add_argument("--nets", default=",".join(NETS))
-    ap.add_argument("--convs", type=int, default=128, help="generated conv2d layers (conv_tasks)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(RESULTS, "dataset"))
     a = ap.parse_args()
     if a.quick:
-        a.trials, a.nets, a.convs = 8, "mobilenet_v2,dqn", 4
+        a.trials, a.nets = 8, "mobilenet_v2,dqn"
     os.makedirs(a.out, exist_ok=True)
     print(machine_report())
     skip = held_out()   # never tuned, so never in the dataset
@@ -129,10 +101,6 @@ def main() -> None:
     dbs.append(os.path.join(a.out, "other.db"))
     n = tune_all(other_tasks(), dbs[-1], a.trials, a.seed, skip)
     print(f"depthwise layers and computations: {n} tasks x {a.trials} trials in {time.monotonic() - t0:.0f} s")
-    t0 = time.monotonic()
-    dbs.append(os.path.join(a.out, "convs.db"))
-    n = tune_all(conv_tasks(a.convs, a.seed), dbs[-1], a.trials, a.seed, skip)
-    print(f"generated conv2d layers: {n} tasks x {a.trials} trials in {time.monotonic() - t0:.0f} s", flush=True)
     from tunekit.tuning.dataset import export
     data = export(dbs, os.path.join(a.out, "data.npz"))
     print(f"dataset: {len(data.seconds)} trials of {len(data.tasks)} tasks on {len(data.devices)} device(s) "
