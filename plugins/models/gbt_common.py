@@ -24,8 +24,6 @@ FeatureKind = Literal["knob", "flatten", "relation", "curve"]
 _MIN_HELDOUT = 8          # fewer held-out trials than this: train without early stopping
 _MIN_GROUPS = 5           # trials of this many tasks or more: hold out whole tasks, not trials
 _REFIT_BELOW = 2000       # up to this many trials, refit on all of them once the held-out ones chose the rounds
-_PRIOR_TRIALS = 16        # fine-tuning: a global model weighs as much as this many of the task's own trials
-_ROUNDS_PER_TRIAL = 4     # fine-tuning: at most this many boosting rounds per trial of the task
 _FORMAT = 1
 
 
@@ -102,12 +100,14 @@ class PairwiseRankLoss:
             else:   # sample pairs of the group in proportion to its share of all pairs
                 k = max(1, round(max_pairs * len(m) * (len(m) - 1) / 2 / total))
                 a, b = rng.integers(len(m), size=(2, k))
-            keep = labels[m[a]] != labels[m[b]]
-            a, b = m[a][keep], m[b][keep]
+            a, b = m[a], m[b]
+            keep = labels[a] != labels[b]
+            a, b = a[keep], b[keep]
             better = labels[a] > labels[b]
             hi.append(np.where(better, a, b))
             lo.append(np.where(better, b, a))
-        self.hi, self.lo = (np.concatenate(v) if v else np.zeros(0, int) for v in (hi, lo))
+        self.hi = np.concatenate(hi) if hi else np.zeros(0, int)
+        self.lo = np.concatenate(lo) if lo else np.zeros(0, int)
         self.n = len(labels)
 
     def loss(self, margin: np.ndarray) -> float:
@@ -123,8 +123,12 @@ class PairwiseRankLoss:
 
 
 def history_labels(records, seed: int, cap: int):
-    """(records with candidates, at most `cap` of them sampled; their workload (config space) ids;
-    labels normalized per workload; the rng used), for a global model."""
+    """Prepare history for a global model: keep records with candidates, sample at
+    most `cap` of them, and group them into workloads (one config space each).
+
+    Returns:
+        (records, workload id per record, labels normalized per workload, the rng used).
+    """
     records = [r for r in records if r.candidate is not None]
     rng = np.random.default_rng([seed, len(records), 1])
     if len(records) > cap:
@@ -181,7 +185,6 @@ class GBTModel(tunekit.CostModel):
         self._global: _Fitted | None = None
         self._local: _Fitted | None = None
         self.best_y = 1.0
-        self.prior = 1.0   # the global margin's weight in the sum (Eq. 4), lowered as the task's trials come
         self.pretrained_on: dict | None = None   # what `pretrain` learned from: saved with the model
 
     # -- backend ----------------------------------------------------------------------------
@@ -249,12 +252,11 @@ class GBTModel(tunekit.CostModel):
         if x.shape[1] == 0:   # a space without knobs: one config, nothing to learn
             self._local = None
             return
-        # from a global model, a few trials move it a little (all rounds at 8-16 trials ranked a held-out layer worse
-        # than the global model alone) and many more (a round per trial under a full-weight margin: too little)
-        self.prior = _PRIOR_TRIALS / (_PRIOR_TRIALS + len(trials))
         margin = self._global_margin(cands)
         rng = np.random.default_rng([self.options.seed, len(trials)])
-        most = min(self.options.num_boost_round, _ROUNDS_PER_TRIAL * len(trials)) if margin is not None else None
+        # from a global model, a round per trial at most: a few trials move it a little (with all rounds, 8-16
+        # trials made a pretrained model rank a held-out layer worse than it did alone)
+        most = min(self.options.num_boost_round, len(trials)) if margin is not None else None
         self._local = _Fitted(self.options.features, x.shape[1],
                               self._fit(x, y, np.zeros(len(y), np.int64), margin, rng, most=most))
 
@@ -311,7 +313,7 @@ class GBTModel(tunekit.CostModel):
         if g is None:
             return None
         x = g.x(candidates)
-        return self.prior * np.mean([self._margin(b, r, x, None) for b, r in g.members], axis=0)
+        return np.mean([self._margin(b, r, x, None) for b, r in g.members], axis=0)
 
     # -- prediction -------------------------------------------------------------------------
     def predict(self, candidates) -> np.ndarray:
@@ -343,14 +345,14 @@ class GBTModel(tunekit.CostModel):
                 [base64.b64encode(self._dumps(b)).decode(), r] for b, r in f.members]}
         with open(path, "w") as fh:
             json.dump({"format": _FORMAT, "model": self.name, "options": self.options.model_dump(),
-                       "best_y": self.best_y, "prior": self.prior, "global": enc(self._global),
-                       "local": enc(self._local), "pretrained_on": self.pretrained_on}, fh)
+                       "best_y": self.best_y, "global": enc(self._global), "local": enc(self._local),
+                       "pretrained_on": self.pretrained_on}, fh)
 
     def load(self, path: str) -> None:
         """Read the state written by `save` (also its options)."""
         state = self._state(path)
         self.options = self.Options.model_validate(state["options"])
-        self.best_y, self.prior = state["best_y"], state.get("prior", 1.0)
+        self.best_y = state["best_y"]
         self._global, self._local = self._decode(state["global"]), self._decode(state["local"])
         self.pretrained_on = state.get("pretrained_on")
 
