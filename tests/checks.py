@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tunekit
 from tunekit.ir import interp
@@ -70,3 +71,17 @@ def run_built(target, program, ins: list, out_shape: tuple, dtype: str = "float3
         array[...] = value
     target.load(target.build(program))(*arrays)
     return arrays[-1]
+
+
+def refused_here(target, program) -> bool:
+    """Whether this CPU lacks a feature `target` compiles for (a named CPU's AVX-512, say); if so, check
+    that loading `program`'s kernel is refused by name, since running it would kill the process (SIGILL)."""
+    from tunekit_plugins.targets.llvm import linker
+    from tunekit_plugins.targets.llvm.cpu import KernelLoadError
+
+    from tunekit.runtime import host
+    missing = host.missing_features(linker.needed(target.triple(), target.features()))
+    if missing:
+        with pytest.raises(KernelLoadError, match=rf"built for \S+ with .*{missing[0]}.*, which this CPU lacks"):
+            target.load(target.build(program))
+    return bool(missing)

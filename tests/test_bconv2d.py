@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from checks import run_built, save_onnx
+from checks import refused_here, run_built, save_onnx
 
 import tunekit
 from tunekit.errors import ArgumentError
@@ -57,6 +57,8 @@ def test_bconv2d_matches_the_convolution_of_the_rounded_values_on_registers(mcpu
         program = ts.program(index)
         asm = target.assembly(program)
         assert ("vdpbf16ps" in asm) == (not mcpu and "avx512bf16" in FEATURES) and "tdpbf16ps" not in asm
+        if refused_here(target, program):
+            continue
         np.testing.assert_allclose(run_built(target, program, ins, want.shape), want, rtol=1e-4, atol=1e-4,
                                    err_msg=f"config {index}")
 

@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from checks import run_built, save_onnx
+from checks import refused_here, run_built, save_onnx
 
 import tunekit
 from tunekit import te
@@ -91,6 +91,8 @@ def test_bmatmul_matches_its_reference_on_registers(mcpu):
             assert "vdpbf16ps" in target.assembly(program)
         if mcpu:
             assert "vdpbf16ps" not in target.assembly(program)
+        if refused_here(target, program):
+            continue
         np.testing.assert_allclose(run_built(target, program, ins, (M, N)), want, rtol=1e-4, atol=1e-4,
                                    err_msg=f"config {index}")
 

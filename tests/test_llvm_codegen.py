@@ -444,6 +444,16 @@ def test_x86_cross_build_for_a_named_cpu():
     assert "ymm" in asm and "zmm" not in asm
 
 
+def test_a_kernel_for_features_this_cpu_lacks_is_refused_by_name_not_run(monkeypatch):
+    from tunekit.runtime import host
+    art = X86Target(X86Target.Options(mcpu="haswell")).build(matmul_hand_schedule(12, 32, 16, kc=4, lanes=8))
+    assert "avx2" in art.meta["needs"]
+    monkeypatch.setattr(host, "cpu_flags", lambda: frozenset({"sse2", "fma"}))   # a CPU without AVX2
+    with pytest.raises(KernelLoadError, match=r"kernel \S+: built for haswell with avx2, which this CPU "
+                                              r"lacks; build for this CPU: mcpu = \"\""):
+        X86Target(X86Target.Options(mcpu="haswell")).load(art)
+
+
 # -- unsupported IR ---------------------------------------------------------------------------
 
 def test_barrier_and_thread_loops_are_build_errors(x86):

@@ -19,7 +19,9 @@ import tunekit
 from tunekit import ir
 from tunekit.errors import BuildError, TunekitError
 from tunekit.ir.sizes import dim_data
+from tunekit.runtime import host
 
+from . import linker
 from .kernels import KernelArgumentError, KernelLoadError  # noqa: F401  (the errors: for users)
 from .mcjit import binding, load
 
@@ -187,13 +189,13 @@ class _CpuTarget(tunekit.Target):
         cpu, features = self.cpu_features()
         obj = tm.emit_object(mod)
         meta = {"llvm_ir": text, "triple": self.triple(), "cpu": cpu, "features": features,
+                "needs": linker.needed(self.triple(), self.features()),   # what running it needs of a CPU
                 "params": [(b.name, tuple(map(dim_data, b.shape)), b.dtype) for b in program.params],
                 "sizes": [(v.name, v.lo, v.hi) for v in program.sizes],
                 "parallel": '@"GOMP_parallel"' in text, "amx": "llvm.x86.tdp" in text}
         return tunekit.Artifact(target=self.name, entry=program.name, data=bytes(obj), meta=meta)
 
     def link(self, artifacts: list[tunekit.Artifact]) -> tunekit.Library:
-        from . import linker
         for a in artifacts:
             if a.target != self.name or a.meta.get("triple") != self.triple():
                 raise BuildError(f"{self.name}: kernel {a.entry} was built for {a.target} ({a.meta.get('triple')}), "
@@ -214,6 +216,9 @@ class _CpuTarget(tunekit.Target):
 
     def load(self, artifact: tunekit.Artifact) -> Callable[..., None]:
         self._check_runnable(artifact)
+        if missing := host.missing_features(artifact.meta.get("needs", ())):   # an error, not SIGILL
+            raise KernelLoadError(f"{self.name}: cannot run kernel {artifact.entry}: built for {artifact.meta['cpu']} "
+                                  f"with {', '.join(missing)}, which this CPU lacks; build for this CPU: mcpu = \"\"")
         return load(artifact)
 
 
