@@ -74,14 +74,14 @@ def run_built(target, program, ins: list, out_shape: tuple, dtype: str = "float3
 
 
 def refused_here(target, program) -> bool:
-    """Whether this CPU lacks a feature `target` compiles for (a named CPU's AVX-512, say); if so, check
-    that loading `program`'s kernel is refused by name, since running it would kill the process (SIGILL)."""
-    from tunekit_plugins.targets.llvm import linker
+    """Whether this CPU lacks a feature `program`'s kernel for `target` needs (a named CPU's AVX-512, say);
+    if so, check that loading it is refused by name, since running it would kill the process (SIGILL)."""
     from tunekit_plugins.targets.llvm.cpu import KernelLoadError
 
     from tunekit.runtime import host
-    missing = host.missing_features(linker.needed(target.triple(), target.features()))
+    artifact = target.build(program)
+    missing = host.missing_features(artifact.meta["needs"])
     if missing:
         with pytest.raises(KernelLoadError, match=rf"built for \S+ with .*{missing[0]}.*, which this CPU lacks"):
-            target.load(target.build(program))
+            target.load(artifact)
     return bool(missing)
