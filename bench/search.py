@@ -161,6 +161,9 @@ def main() -> None:
                          "starting from the shipped pretrained model, against random search), transfer, budget")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help="which search methods to run besides random search, the baseline (default: all)")
+    ap.add_argument("--pretrained-also", default="", metavar="MODEL.json",
+                    help="with --parts pretrained: also start from this model file (`tunekit dataset train`), "
+                         "in the same run as the shipped one: a candidate to replace it")
     ap.add_argument("--budget-trials", default=None,
                     help="trial counts of the budget part (default 64,256; --quick 64)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "search"))
@@ -178,9 +181,13 @@ def main() -> None:
     marks = sorted({m for m in (8, n // 4, n // 2, n) if 0 < m <= n})
     parts = a.parts.split(",")
     chosen = a.methods.split(",")
+    if a.pretrained_also:
+        model, explorer = METHODS["xgb-pretrained+annealing"]
+        candidate = f"xgb-pretrained[{os.path.basename(a.pretrained_also)}]+annealing"
+        METHODS[candidate] = (dict(model, pretrained=os.path.abspath(a.pretrained_also)), explorer)
     wanted = [label for label in METHODS if label == "random"
               or ("search" in parts and label in chosen and label != "xgb-pretrained+annealing")
-              or ("pretrained" in parts and label == "xgb-pretrained+annealing")]
+              or ("pretrained" in parts and label.startswith("xgb-pretrained"))]
     searching = "search" in parts or "pretrained" in parts
     if searching:
         print(f"\nFigure 4/5: best GFLOPS found (median over {a.seeds} seeds, min-max) after "
