@@ -12,7 +12,8 @@ its network's database under DIR (a rerun resumes). Then `--deep` more trials of
 the `nchwc` template, guided by the pretrained model shipped for this CPU and fine-tuned as they
 come: random samples teach a model which region of a space is good, but hardly any of them lie at
 its top, which is what a new task's first batch must pick from (models trained on a few hundred
-trials of some ResNet-18 layers ranked the top of the others' far better than with 24 of each).
+trials of some ResNet-18 layers ranked the top of the others' far better than with 24 of each:
+bench/HISTORY.md).
 Then `tunekit dataset export` writes DIR/data.npz.
 Train the model with `tunekit dataset train DIR/data.npz -o MODEL.json`.
 """
@@ -27,6 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from common import RESULTS, in_process, load_now, machine_report
 from e2e import write_net
+from search import METHODS
 
 NETS = ("mobilenet_v2", "dqn", "dcgan", "lstm_lm", "bert", "gpt2")
 
@@ -90,8 +92,7 @@ def conv_tasks(n: int, seed: int = 0) -> list:
 
 
 #: the guided search of `--deep`: bench/search.py's pretrained method
-GUIDED = ({"name": "xgboost", "objective": "rank", "features": "relation", "pretrained": True},
-          {"name": "annealing", "n_chains": 64, "steps": 8})
+GUIDED = METHODS["xgb-pretrained+annealing"]
 
 
 def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[tuple], deep: int = 0) -> int:
