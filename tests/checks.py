@@ -64,24 +64,25 @@ def save_onnx(path: str, nodes, inputs: dict, outputs: dict, inits=(), opset: in
     return path
 
 
-def run_built(target, program, ins: list, out_shape: tuple, dtype: str = "float32") -> np.ndarray:
-    """Build `program` for `target`, run it on arrays holding `ins` and return its output (of `out_shape`)."""
+def run_built(target, artifact, ins: list, out_shape: tuple, dtype: str = "float32") -> np.ndarray:
+    """Run `artifact` (built by `target`) on arrays holding `ins` and return its output (of `out_shape`)."""
     arrays = [tunekit.empty(x.shape, x.dtype) for x in ins] + [tunekit.empty(out_shape, dtype)]
     for array, value in zip(arrays, ins):
         array[...] = value
-    target.load(target.build(program))(*arrays)
+    target.load(artifact)(*arrays)
     return arrays[-1]
 
 
-def refused_here(target, program) -> bool:
-    """Whether this CPU lacks a feature `program`'s kernel for `target` needs (a named CPU's AVX-512, say);
-    if so, check that loading it is refused by name, since running it would kill the process (SIGILL)."""
+def built_here(target, program):
+    """`program`'s kernel for `target`, or None where this CPU lacks a feature it needs (a named CPU's AVX-512,
+    say); then check that loading it is refused by name, since running it would kill the process (SIGILL)."""
     from tunekit_plugins.targets.llvm.cpu import KernelLoadError
 
     from tunekit.runtime import host
     artifact = target.build(program)
     missing = host.missing_features(artifact.meta["needs"])
-    if missing:
-        with pytest.raises(KernelLoadError, match=rf"built for \S+ with .*{missing[0]}.*, which this CPU lacks"):
-            target.load(artifact)
-    return bool(missing)
+    if not missing:
+        return artifact
+    with pytest.raises(KernelLoadError, match=rf"built for \S+ with .*{missing[0]}.*, which this CPU lacks"):
+        target.load(artifact)
+    return None

@@ -16,6 +16,7 @@ import pytest
 
 import tunekit
 from tunekit.errors import TunekitError
+from tunekit.ops.epilogue import has_epilogue
 from tunekit.testing import plugin_registered
 
 pytest.importorskip("distributed")
@@ -187,10 +188,14 @@ def test_an_emulated_arm_worker_must_be_allowed_and_its_records_are_its_own(farm
         kw = dict(target="arm-cpu", trials=4, tuning={"batch_size": 4})
         with pytest.raises(TunekitError, match="emulated .*allow_emulated = true"):
             tunekit.tune([TASK], database=str(tmp_path / "no.db"), measure=runner(farm.address, "arm-emu"), **kw)
-        from test_arm_emulated import arm_tasks  # every arm-cpu template, with and without epilogues
+        # the packed and generated templates, with and without epilogues: the worker runs them as the local
+        # runner does (test_arm_emulated tunes every template that way)
+        from test_arm_emulated import arm_tasks
+        tasks = [t for t in arm_tasks() if t.template_name in ("packed", "auto")]
+        assert len({has_epilogue(t.args) for t in tasks}) == 2
         db = str(tmp_path / "arm.db")
         emulated_runner = runner(farm.address, "arm-emu", allow_emulated=True)
-        states = tunekit.tune(arm_tasks(), database=db, **kw,
+        states = tunekit.tune(tasks, database=db, **kw,
                               measure={**emulated_runner, "repeat": 2, "retries": 0, "warmup": 0, "timeout_s": 60})
         for st in states:   # aarch64 code run under qemu on the worker, checked against numpy there
             assert st.done >= 1 and all(t.ok for t in st.trials), (st.ts.task.name, [t.message for t in st.trials])
