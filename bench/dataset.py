@@ -2,19 +2,18 @@
 project's networks, never ResNet-18's C1-C12 (held out for bench/search.py), with random
 search (unbiased samples of each space), then export their trials.
 
-    python bench/dataset.py [--quick] [--trials 32] [--convs 16] [--deep 64] [--deep-templates nchwc,auto]
-                            [--nets mobilenet_v2,...] [--out DIR]
+    python bench/dataset.py [--quick] [--trials 32] [--convs 16] [--deep 64] [--nets mobilenet_v2,...] [--out DIR]
 
 Tasks: every distinct task of MobileNet-v2, DQN, DCGAN, the LSTM LM, BERT and GPT-2 on each
 template that serves it; every conv2d of them also in plain NCHW on every template (the large
 `nchwc` space among them); MobileNet v1's depthwise layers (mobilenet.D1-D9); softmax and layer
 norm of examples/computations.py; `--convs` generated conv2d layers. Each task is tuned alone, in
-its network's database under DIR (a rerun resumes). Then `--deep` more trials of every task on the
-`--deep-templates` (conv2d's `nchwc` by default), guided by the pretrained model shipped for this CPU
-and fine-tuned as they come: random samples teach a model which region of a space is good, but
-hardly any of them lie at its top, which is what a new task's first batch must pick from (models
-trained on a few hundred trials of some ResNet-18 layers ranked the top of the others' far better
-than with 24 of each: bench/HISTORY.md).
+its network's database under DIR (a rerun resumes). Then `--deep` more trials of every conv2d on
+the `nchwc` template, guided by the pretrained model shipped for this CPU and fine-tuned as they
+come: random samples teach a model which region of a space is good, but hardly any of them lie at
+its top, which is what a new task's first batch must pick from (models trained on a few hundred
+trials of some ResNet-18 layers ranked the top of the others' far better than with 24 of each:
+bench/HISTORY.md).
 Then `tunekit dataset export` writes DIR/data.npz.
 Train the model with `tunekit dataset train DIR/data.npz -o MODEL.json`.
 """
@@ -96,9 +95,9 @@ def conv_tasks(n: int, seed: int = 0) -> list:
 GUIDED = METHODS["xgb-pretrained+annealing"]
 
 
-def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[tuple], deep: int, deep_on: set[str]) -> int:
-    """Tune every (task, template) alone with random search, and each on a template of `deep_on` `deep` trials
-    more guided by the pretrained model (`GUIDED`); return how many (task, template) were tuned."""
+def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[tuple], deep: int = 0) -> int:
+    """Tune every (task, template) alone with random search, and each conv2d on `nchwc` `deep` trials more
+    guided by the pretrained model (`GUIDED`); return how many (task, template) were tuned."""
     import tunekit
     from tunekit.plugin.registry import make_component
     target = make_component("target", "x86")
@@ -110,7 +109,7 @@ def tune_all(tasks: list, db: str, trials: int, seed: int, skip: set[tuple], dee
             skip.add((variant.key, variant.template_name))
             tunekit.tune([variant], target="x86", model="random", explorer="random", trials=trials, seed=seed,
                          database=db, tuning={"batch_size": 8})
-            if deep and variant.template_name in deep_on:
+            if deep and variant.op.name == "conv2d" and variant.template_name == "nchwc":
                 tunekit.tune([variant], target="x86", model=GUIDED[0], explorer=GUIDED[1], trials=deep, seed=seed,
                              database=db, tuning={"batch_size": 8})
             n += 1
@@ -123,8 +122,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=24, help="trials per task and template")
     ap.add_argument("--nets", default=",".join(NETS))
     ap.add_argument("--convs", type=int, default=16, help="generated conv2d layers (conv_tasks) to add")
-    ap.add_argument("--deep", type=int, default=64, help="guided trials more of each task on --deep-templates")
-    ap.add_argument("--deep-templates", default="nchwc", help="the templates whose tasks get --deep trials")
+    ap.add_argument("--deep", type=int, default=64, help="guided trials more of each conv2d on nchwc")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(RESULTS, "dataset"))
     a = ap.parse_args()
@@ -133,7 +131,6 @@ def main() -> None:
     os.makedirs(a.out, exist_ok=True)
     print(machine_report())
     skip = held_out()   # never tuned, so never in the dataset
-    deep_on = set(a.deep_templates.split(","))
     dbs = []
     for net in a.nets.split(","):
         path = os.path.join(a.out, f"{net}.onnx")
@@ -141,17 +138,16 @@ def main() -> None:
             in_process(write_net, net, path, 224, True)
         t0 = time.monotonic()
         dbs.append(os.path.join(a.out, f"{net}.db"))
-        n = tune_all(net_tasks(path), dbs[-1], a.trials, a.seed, skip, a.deep, deep_on)
-        print(f"{net}: {n} tasks x {a.trials} trials ({a.deep} guided more on {a.deep_templates}) in "
+        n = tune_all(net_tasks(path), dbs[-1], a.trials, a.seed, skip, a.deep)
+        print(f"{net}: {n} tasks x {a.trials} trials (conv2d on nchwc {a.deep} guided more) in "
               f"{time.monotonic() - t0:.0f} s", flush=True)
     t0 = time.monotonic()
     dbs.append(os.path.join(a.out, "other.db"))
-    n = tune_all(other_tasks(), dbs[-1], a.trials, a.seed, skip, a.deep, deep_on)
-    print(f"depthwise layers and computations: {n} tasks x {a.trials} trials ({a.deep} guided more on "
-          f"{a.deep_templates}) in {time.monotonic() - t0:.0f} s")
+    n = tune_all(other_tasks(), dbs[-1], a.trials, a.seed, skip)
+    print(f"depthwise layers and computations: {n} tasks x {a.trials} trials in {time.monotonic() - t0:.0f} s")
     t0 = time.monotonic()
     dbs.append(os.path.join(a.out, "convs.db"))
-    n = tune_all(conv_tasks(a.convs, a.seed), dbs[-1], a.trials, a.seed, skip, a.deep, deep_on)
+    n = tune_all(conv_tasks(a.convs, a.seed), dbs[-1], a.trials, a.seed, skip, a.deep)
     print(f"generated conv2d layers: {n} x {a.trials} trials and {a.deep} guided in {time.monotonic() - t0:.0f} s")
     from tunekit.tuning.dataset import export
     data = export(dbs, os.path.join(a.out, "data.npz"))

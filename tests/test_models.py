@@ -107,19 +107,6 @@ def test_pairs_stay_inside_groups():
     assert sorted(zip(loss.hi.tolist(), loss.lo.tolist())) == [(0, 1), (2, 3)]
 
 
-def test_a_task_weighs_as_its_trials_not_its_pairs():
-    g = np.repeat([0, 1], [8, 32])   # 28 pairs and 496
-    y = np.concatenate([np.linspace(0.1, 1, 8), np.linspace(0.1, 1, 32)])
-    loss = PairwiseRankLoss(y, g, np.random.default_rng(0), max_pairs=10_000)
-    weight = np.bincount(g[loss.hi], loss.w)
-    assert weight[1] / weight[0] == pytest.approx(32 / 8)
-    f = np.random.default_rng(1).normal(size=len(y))
-    grad, _ = loss.grad_hess(f)
-    eps = 1e-6
-    numeric = [(loss.loss(f + eps * e) - loss.loss(f - eps * e)) / (2 * eps) * len(loss.hi) for e in np.eye(len(y))]
-    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-8)
-
-
 def test_labels_are_normalized_throughput_failed_zero(split):
     _, trials, _, _ = split
     trials[0].costs, trials[0].error = [], "build error"

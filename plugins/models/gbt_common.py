@@ -88,12 +88,10 @@ class GBTOptions(tunekit.Options):
 
 class PairwiseRankLoss:
     """Eq. 2 of the paper: sum over pairs (i better than j, same group) of
-    log(1 + exp(-(f_i - f_j))), with its gradient and hessian for boosting. A group
-    (task) weighs as its trials, not its pairs: a task of 88 trials has 14 times the
-    pairs of one of 24, and unweighted its template outvoted the others."""
+    log(1 + exp(-(f_i - f_j))), with its gradient and hessian for boosting."""
 
     def __init__(self, labels: np.ndarray, groups: np.ndarray, rng: np.random.Generator, max_pairs: int):
-        hi, lo, w = [], [], []
+        hi, lo = [], []
         groups_of = [np.flatnonzero(groups == g) for g in np.unique(groups)]
         total = sum(len(m) * (len(m) - 1) // 2 for m in groups_of)
         for m in groups_of:
@@ -108,22 +106,19 @@ class PairwiseRankLoss:
             better = labels[a] > labels[b]
             hi.append(np.where(better, a, b))
             lo.append(np.where(better, b, a))
-            w.append(np.full(len(a), len(m) / max(1, len(a))))
         self.hi = np.concatenate(hi) if hi else np.zeros(0, int)
         self.lo = np.concatenate(lo) if lo else np.zeros(0, int)
-        w = np.concatenate(w) if w else np.zeros(0)
-        self.w = w / w.mean() if len(w) else w
         self.n = len(labels)
 
     def loss(self, margin: np.ndarray) -> float:
-        """Weighted mean pairwise logistic loss (0 without pairs)."""
-        return float(np.mean(self.w * np.logaddexp(0.0, -(margin[self.hi] - margin[self.lo])))) if len(self.hi) else 0.0
+        """Mean pairwise logistic loss (0 without pairs)."""
+        return float(np.mean(np.logaddexp(0.0, -(margin[self.hi] - margin[self.lo])))) if len(self.hi) else 0.0
 
     def grad_hess(self, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         p = 1.0 / (1.0 + np.exp(margin[self.hi] - margin[self.lo]))   # sigma(-(f_hi - f_lo))
-        pw, hw = p * self.w, p * (1.0 - p) * self.w
-        grad = np.bincount(self.lo, pw, self.n) - np.bincount(self.hi, pw, self.n)
-        hess = np.bincount(self.hi, hw, self.n) + np.bincount(self.lo, hw, self.n)
+        h = p * (1.0 - p)
+        grad = np.bincount(self.lo, p, self.n) - np.bincount(self.hi, p, self.n)
+        hess = np.bincount(self.hi, h, self.n) + np.bincount(self.lo, h, self.n)
         return grad, np.maximum(hess, 1e-6)
 
 
