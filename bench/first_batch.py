@@ -6,7 +6,7 @@ Issue #44's goal for the pretrained model is random search's 64-trial best withi
 first batch. Each candidate, a model file (`tunekit dataset train`) with the shipped walk or the
 shipped model with another annealing walk (CHAINSxSTEPS), tunes each held-out layer for --trials
 trials beside the shipped model with the shipped walk, seed by seed in rotating order, each search
-in its own database. There is no random search: a layer takes about 6 s a search instead of
+in its own database. There is no random search: a layer takes about 7 s a search instead of
 bench/search.py's minutes, so a candidate costs minutes, and only one that is clearly ahead of the
 shipped model here is worth the full run. The same configs timed in two runs of this script came
 out up to 30% apart on a shared machine: compare only the figures of one run.
