@@ -290,6 +290,11 @@ class Timing(tuple):
         return {"median": self[0], "min": self[1], "max": self[2], "rounds": self.rounds}
 
 
+def rotation(names: list, r: int) -> list:
+    """`names` in the order of round `r`: ABC, BCA, CAB, ... so that no side always runs first or after the same one."""
+    return names[r % len(names):] + names[:r % len(names)]
+
+
 def rotate(sides: dict, rounds: int = 3) -> dict:
     """Run each side in its own fresh process, `rounds` rounds, the order of the sides rotating from
     round to round (ABC, BCA, CAB, ...) so that no side always runs first or after the same one.
@@ -297,7 +302,7 @@ def rotate(sides: dict, rounds: int = 3) -> dict:
     names = list(sides)
     got: dict = {k: [] for k in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in rotation(names, r):
             fn, args = sides[name]
             got[name].append(in_process(fn, *args))
     return got

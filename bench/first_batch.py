@@ -19,11 +19,9 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(__file__))
-from common import RESULTS, machine_facts, machine_report, write_result
-from search import GENERATED, METHODS, at, db_for, run
+from common import RESULTS, geomean_worst, machine_facts, machine_report, rotation, write_result
+from search import GENERATED, METHODS, at, db_for, layer_tag, run
 
 HELD_OUT = ",".join([f"resnet18.C{i}" for i in range(1, 13)] + list(GENERATED))
 
@@ -57,11 +55,10 @@ def main() -> None:
     methods = candidates(a.models, a.walks)
     labels, layers = list(methods), {}
     for layer in a.layers.split(","):
-        template = None if layer in GENERATED else "nchwc"
-        tag = f"{layer}-{template}" if template else layer
+        template, tag = layer_tag(layer, "nchwc")
         best = {label: [] for label in labels}
         for s in range(a.seeds):
-            for label in labels[s % len(labels):] + labels[:s % len(labels)]:
+            for label in rotation(labels, s):
                 curve = run(db_for(a.out, tag, f"{label}-seed{s}"), layer, *methods[label], a.trials, s,
                             template=template)
                 best[label].append(at(curve, a.trials))
@@ -70,12 +67,11 @@ def main() -> None:
                                      for label, v in best.items()), flush=True)
     summary = {}
     for label in labels[1:]:
-        ratio = [statistics.median(v[label]) / statistics.median(v["shipped"]) for v in layers.values()]
-        summary[label] = {"geomean": float(np.exp(np.mean(np.log(ratio)))), "ahead": sum(r > 1 for r in ratio),
-                          "lowest": min(ratio)}
+        ratio = {tag: statistics.median(v[label]) / statistics.median(v["shipped"]) for tag, v in layers.items()}
+        mean, _, lowest = geomean_worst(ratio)
+        summary[label] = {"geomean": mean, "ahead": sum(r > 1 for r in ratio.values()), "lowest": lowest}
         print(f"{label}: median best over the shipped one's after {a.trials} trials, geometric mean "
-              f"{summary[label]['geomean']:.3f}, ahead on {summary[label]['ahead']} of {len(ratio)} layers, "
-              f"lowest {summary[label]['lowest']:.2f}")
+              f"{mean:.3f}, ahead on {summary[label]['ahead']} of {len(ratio)} layers, lowest {lowest:.2f}")
     path = write_result(f"first_batch{'@' + a.label if a.label else ''}", facts,
                         {"trials": a.trials, "seeds": a.seeds, "layers": layers, "summary": summary}, started,
                         os.path.join(RESULTS, "step20"))

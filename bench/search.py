@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from common import load_now, machine_facts, machine_report, per_task, write_result
+from common import load_now, machine_facts, machine_report, per_task, rotation, write_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = {
@@ -67,6 +67,12 @@ def task_of(workload: str, template: str | None):
         fn, args = GENERATED[workload]
         return tunekit.Task.from_compute(getattr(computations, fn), args, name=fn)
     return {"workload": workload, "template": template} if template else workload
+
+
+def layer_tag(layer: str, template: str | None) -> tuple[str | None, str]:
+    """The template a layer is tuned on (`template`; a generated computation: each that serves it) and its tag."""
+    template = None if layer in GENERATED else template
+    return template, f"{layer}-{template}" if template else layer
 
 
 def run(db: str, workload: str, model, explorer, trials: int, seed: int, transfer: bool = False,
@@ -195,14 +201,13 @@ def main() -> None:
     layers = a.layers.split(",")
     figures = {}
     for layer in layers if searching else []:
-        template = None if layer in GENERATED else a.template
-        tag = f"{layer}-{template}" if template else layer
+        template, tag = layer_tag(layer, a.template)
         labels = [label for label in wanted if label not in FIRST_LAYER_ONLY or layer == layers[0]]
         curves = {label: [] for label in labels}
         # seed by seed, the methods in rotating order: the machine's speed drifts (runs of one method measured
         # in a row came out 4% apart on a shared machine), so each method meets the drift alike
         for s in range(a.seeds):
-            for label in labels[s % len(labels):] + labels[:s % len(labels)]:
+            for label in rotation(labels, s):
                 model, explorer = METHODS[label]
                 curves[label].append(run(db_for(a.out, tag, f"{label}-seed{s}"), layer, model, explorer, n, s,
                                          times=times, template=template))
