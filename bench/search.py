@@ -19,6 +19,8 @@ of xgboost+annealing on matmul-1024 and resnet18.C6 at 64 and 256 trials (--budg
 A layer tuned over several templates (--template '', and the budget part) is one task:
 its curve is its best so far after each of its trials, all templates merged in the
 order they were measured (bench/common.py's per_task).
+Each search is judged by its own timings; bench/retime.py --from OUT times the searches' picks
+again side by side, so that random search's best of 64 timings is not also its luckiest.
 """
 from __future__ import annotations
 

@@ -1,0 +1,134 @@
+"""Re-time what the searches of bench/search.py picked, side by side: is a method's pick as fast as
+random search's when both are timed together, not each in its own run?
+
+    python bench/retime.py --from bench/results/search [--layers resnet18.C1,...] [--rounds 5] [--trials 64]
+
+Why: the same config timed in two runs came out up to 30% apart on a shared machine, and random
+search's 64-trial best is the fastest of 64 timings, so it is also the luckiest of 64, while a
+method judged after 8 trials had 8 draws. Judged by the searches' own timings, a method that picks
+random search's very config can still fall short of it.
+
+For each layer of a bench/search.py output (its databases: one per method and seed), each search's
+pick after every trial is its fastest config so far by its own timings: what a user who stopped
+there would deploy. Every distinct pick of a layer, of all methods and seeds, is timed again
+(tunekit's own runner and timing settings) for --rounds rounds in rotating order; a pick's time is
+the median of its rounds. It prints the tables of bench/search.py twice per layer, from the
+searches' own timings and re-timed (the median GFLOPS of the picks at 8/16/32/64 trials, and the
+trials each method needed to reach random search's median pick at 64), and writes
+results/step20/retime@LABEL.json.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import time
+from contextlib import closing
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import RESULTS, geomean_worst, machine_facts, machine_report, rotation, write_result
+from search import GENERATED, report
+
+HELD_OUT = ",".join([f"resnet18.C{i}" for i in range(1, 13)] + list(GENERATED))
+
+
+def searches(layer_dir: str, trials: int) -> tuple[dict, dict]:
+    """A layer's searches: method -> [per seed: the pick after each of its first `trials` trials, as a
+    (template, index, cost in its own run)], and template -> its TaskSpace."""
+    from tunekit.deploy.kernels import current_trials, task_spaces
+    from tunekit.plugin.registry import make_component
+    from tunekit.store.database import Database
+    target, spaces, runs = make_component("target", "x86"), {}, {}
+    paths = sorted(glob.glob(os.path.join(layer_dir, "*-seed*.db")),
+                   key=lambda p: (p.rsplit("-seed", 1)[0], int(p.rsplit("-seed", 1)[1][:-3])))
+    if not paths:
+        sys.exit(f"{layer_dir}: no search databases (METHOD-seedS.db); give --from a bench/search.py --out folder")
+    for path in paths:
+        with closing(Database(path, readonly=True)) as db:
+            (row,) = db.best()
+            # every template's trials merged in the order measured, as bench/common.per_task merges them
+            keyed = task_spaces(db, row, target)
+            found = sorted((t.timestamp, k, i, ts.template.name, t) for k, (ts, key) in enumerate(keyed)
+                           for i, t in enumerate(current_trials(db, ts, key)))
+        spaces.update((ts.template.name, ts) for ts, _ in keyed)
+        picks, best = [], None
+        for *_, template, t in found[:trials]:
+            if t.ok and (best is None or t.cost < best[2]):
+                best = (template, t.index, t.cost)
+            picks.append(best)
+        runs.setdefault(os.path.basename(path).rsplit("-seed", 1)[0], []).append(picks)
+    return runs, spaces
+
+
+def retime(picks: set, spaces: dict, rounds: int) -> dict:
+    """(template, index) -> the median of its costs over `rounds` rounds, every pick timed once a round,
+    the order rotating from round to round (inf: a pick that failed to run)."""
+    from tunekit.measure.measurer import Measurer
+    from tunekit.recipe.model import MeasureSection
+    by_template: dict = {}
+    for template, index in sorted(picks):
+        by_template.setdefault(template, []).append(index)
+    costs: dict = {p: [] for p in picks}
+    m = Measurer(next(iter(spaces.values())).target, MeasureSection())
+    try:
+        for r in range(rounds):
+            for template in rotation(sorted(by_template), r):
+                for t in m.measure(spaces[template], rotation(by_template[template], r)):
+                    costs[template, t.index].append(t.cost)
+    finally:
+        m.close()
+    return {p: statistics.median(c) for p, c in costs.items()}
+
+
+def curves(runs: dict, flops: int, again: dict | None = None) -> dict:
+    """method -> [per seed: the GFLOPS of its pick after each trial], by the search's own timing of the
+    pick, or by its re-timing in `again` ((template, index) -> seconds)."""
+    cost = lambda p: p[2] if again is None else again[p[:2]]
+    g = lambda p: flops / cost(p) / 1e9 if p is not None and cost(p) < float("inf") else 0.0
+    return {label: [[g(p) for p in picks] for picks in seeds] for label, seeds in runs.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--from", dest="src", default=os.path.join(RESULTS, "search"),
+                    help="a bench/search.py --out folder (one folder per layer)")
+    ap.add_argument("--layers", default=HELD_OUT)
+    ap.add_argument("--template", default="nchwc", help="as bench/search.py was given it")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--quick", action="store_true", help="resnet18.C11 only, 3 rounds")
+    ap.add_argument("--label", default="", help="figures to results/step20/retime@LABEL.json")
+    a = ap.parse_args()
+    if a.quick:
+        a.layers, a.rounds = "resnet18.C11", 3
+    from search import layer_tag
+    facts, started = machine_facts(), time.time()
+    print(machine_report(facts))
+    n = a.trials
+    marks = sorted({m for m in (8, n // 4, n // 2, n) if 0 < m <= n})
+    figures, ratios = {}, {}
+    for layer in a.layers.split(","):
+        _, tag = layer_tag(layer, a.template)
+        runs, spaces = searches(os.path.join(a.src, tag), n)
+        flops = next(iter(spaces.values())).task.flops
+        picks = {p[:2] for seeds in runs.values() for ps in seeds for p in ps if p is not None}
+        t0 = time.monotonic()
+        again = retime(picks, spaces, a.rounds)
+        print(f"\n{tag}: {len(picks)} distinct picks re-timed, {a.rounds} rounds, {time.monotonic() - t0:.0f} s")
+        own = report(f"{tag}, the searches' own timings", curves(runs, flops), marks, n)
+        new = report(f"{tag}, re-timed together", curves(runs, flops, again), marks, n)
+        figures[tag] = {"picks": len(picks), "own": own, "retimed": new}
+        # how much the searches' own timings flattered random search's pick at n
+        ratios[tag] = own["random_best"] / new["random_best"]
+        path = write_result(f"retime{'@' + a.label if a.label else ''}", facts,
+                            {"from": a.src, "trials": n, "rounds": a.rounds, "marks": marks, "layers": figures},
+                            started, os.path.join(RESULTS, "step20"))
+    mean = geomean_worst(ratios)[0]
+    print(f"\nrandom search's median {n}-trial pick, its own timing over its re-timing: geometric mean "
+          f"{mean:.3f} over {len(ratios)} layers, highest {max(ratios.values()):.3f}\nfigures: {path}")
+
+
+if __name__ == "__main__":
+    main()

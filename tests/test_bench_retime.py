@@ -1,0 +1,72 @@
+"""bench/retime.py: each search's picks are its best so far by its own timings, and every pick is
+timed again once a round, in rotating order."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+import tunekit
+from tunekit.measure.measurer import Measurer
+from tunekit.store.database import Database
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))   # bench/retime.py imports bench/common.py and bench/search.py
+_spec = importlib.util.spec_from_file_location("bench_retime", BENCH / "retime.py")
+retime = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(retime)
+
+X86 = tunekit.registry().component("target", "x86")
+pytestmark = pytest.mark.skipif(X86.available() is not None, reason=f"x86 cannot run here: {X86.available()}")
+TASK = tunekit.Task("matmul", dict(M=32, N=32, K=32))
+TRIALS = 4
+
+
+@pytest.fixture(scope="module")
+def layer(tmp_path_factory):
+    """A bench/search.py layer folder: two methods (one with two seeds), every template of a small matmul."""
+    root = tmp_path_factory.mktemp("layer")
+    for label, seed in (("random", 0), ("random", 1), ("grid", 0)):
+        tunekit.tune([TASK], target="x86", model="random", explorer=label, trials=TRIALS, seed=seed,
+                     database=str(root / f"{label}-seed{seed}.db"), tuning={"batch_size": 2},
+                     measure={"min_repeat_ms": 1, "repeat": 2})
+    return root
+
+
+def test_picks_are_each_search_best_so_far_by_its_own_timings(layer):
+    runs, spaces = retime.searches(str(layer), TRIALS)
+    assert {label: len(seeds) for label, seeds in runs.items()} == {"grid": 1, "random": 2}
+    assert len(spaces) > 1   # the task's trials span its templates, merged in the order measured
+    for label, seeds in runs.items():
+        for seed, picks in enumerate(seeds):
+            with closing(Database(str(layer / f"{label}-seed{seed}.db"), readonly=True)) as db:
+                (curve,) = db.curves().values()
+            assert len(picks) == len(curve) == TRIALS
+            assert [TASK.flops / p[2] / 1e9 for p in picks] == pytest.approx([g for _, g in curve])
+            assert all(p[0] in spaces for p in picks)
+
+
+def test_every_pick_is_timed_once_a_round_in_rotating_order(layer, monkeypatch):
+    runs, spaces = retime.searches(str(layer), TRIALS)
+    picks = {p[:2] for seeds in runs.values() for ps in seeds for p in ps}
+    order, measure = [], Measurer.measure
+
+    def spy(self, ts, indices, *a, **k):
+        order.append([(ts.template.name, i) for i in indices])
+        return measure(self, ts, indices, *a, **k)
+    monkeypatch.setattr(Measurer, "measure", spy)
+    again = retime.retime(picks, spaces, rounds=2)
+    assert set(again) == picks and all(0 < c < math.inf for c in again.values())
+    timed = [p for call in order for p in call]
+    assert sorted(timed) == sorted(list(picks) * 2)
+    first, second = order[:len(order) // 2], order[len(order) // 2:]
+    templates = [call[0][0] for call in first]
+    assert [call[0][0] for call in second] == templates[1:] + templates[:1]
+    for a, b in zip(first, second[-1:] + second[:-1]):
+        assert b == a[1:] + a[:1]
+    curves = retime.curves(runs, TASK.flops, again)
+    assert curves["grid"][0][-1] == pytest.approx(TASK.flops / again[runs["grid"][0][-1][:2]] / 1e9)
