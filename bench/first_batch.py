@@ -1,19 +1,22 @@
 """Screen candidates for the pretrained search's first batch before a full bench/search.py run.
 
-    python bench/first_batch.py [--quick] [--models A.json,...] [--walks 256x16,...] [--layers ...] [--seeds 4]
+    python bench/first_batch.py [--quick] [--models A.json,...] [--walks 256x16,top_multiple=4,...] [--layers ...]
 
 Issue #44's goal for the pretrained model is random search's 64-trial best within 8 trials: the
 first batch. Each candidate, a model file (`tunekit dataset train`) with the shipped walk or the
-shipped model with another annealing walk (CHAINSxSTEPS), tunes each held-out layer for --trials
-trials beside the shipped model with the shipped walk, seed by seed in rotating order, each search
-in its own database. There is no random search: a layer takes about 7 s a search instead of
-bench/search.py's minutes, so a candidate costs minutes, and only one that is clearly ahead of the
-shipped model here is worth the full run. The same configs timed in two runs of this script came
-out up to 30% apart on a shared machine: compare only the figures of one run.
+shipped model with another annealing walk (CHAINSxSTEPS, or annealing options KEY=VALUE joined
+by +), tunes each held-out layer for --trials trials beside the shipped model with the shipped
+walk, seed by seed in rotating order, each search in its own database. There is no random search:
+a layer takes about 7 s a search instead of bench/search.py's minutes, so a candidate costs
+minutes, and only one that is clearly ahead of the shipped model here is worth the full run. The
+same configs timed in two runs of this script came out up to 30% apart on a shared machine:
+compare only the figures of one run, or judge the screen with bench/retime.py --from OUT
+--random FULL_RUN (its picks and random search's 64-trial picks, re-timed together).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -33,16 +36,24 @@ def candidates(models: str, walks: str) -> dict:
     for path in filter(None, models.split(",")):
         out[os.path.basename(path)] = (dict(model, pretrained=os.path.abspath(path)), walk)
     for w in filter(None, walks.split(",")):
-        chains, steps = map(int, w.split("x"))
-        out[f"walk-{w}"] = (model, dict(walk, n_chains=chains, steps=steps))
+        out[f"walk-{w}"] = (model, dict(walk, **walk_options(w)))
     return out
+
+
+def walk_options(spec: str) -> dict:
+    """Annealing options from CHAINSxSTEPS (256x16) or KEY=VALUE pairs joined by + (top_multiple=4+diversity=0.5)."""
+    if "=" not in spec:
+        chains, steps = map(int, spec.split("x"))
+        return {"n_chains": chains, "steps": steps}
+    return {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in spec.split("+"))}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 seeds")
     ap.add_argument("--models", default="", help="model files to start from, with the shipped walk")
-    ap.add_argument("--walks", default="", help="annealing walks (CHAINSxSTEPS) for the shipped model")
+    ap.add_argument("--walks", default="", help="annealing walks for the shipped model: CHAINSxSTEPS, or annealing "
+                                                "options KEY=VALUE joined by + (top_multiple=4+diversity=0.5)")
     ap.add_argument("--layers", default=HELD_OUT)
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--trials", type=int, default=8)

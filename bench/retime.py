@@ -2,6 +2,7 @@
 random search's when both are timed together, not each in its own run?
 
     python bench/retime.py --from bench/results/search [--layers resnet18.C1,...] [--rounds 5] [--trials 64]
+    python bench/retime.py --from /tmp/tunekit-first-batch --random bench/results/search
 
 Why: the same config timed in two runs came out up to 30% apart on a shared machine, and random
 search's 64-trial best is the fastest of 64 timings, so it is also the luckiest of 64, while a
@@ -15,7 +16,9 @@ there would deploy. Every distinct pick of a layer, of all methods and seeds, is
 the median of its rounds. It prints the tables of bench/search.py twice per layer, from the
 searches' own timings and re-timed (the median GFLOPS of the picks at 8/16/32/64 trials, and the
 trials each method needed to reach random search's median pick at 64), and writes
-results/step20/retime@LABEL.json.
+results/step20/retime@LABEL.json. With --random, random search's databases come from a full run's
+folder, so that a bench/first_batch.py screen's 8-trial picks are judged against random search's
+64-trial picks, all re-timed together (a search shorter than --trials keeps its last pick).
 """
 from __future__ import annotations
 
@@ -29,23 +32,32 @@ from contextlib import closing
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import RESULTS, geomean_worst, machine_facts, machine_report, rotation, write_result
-from search import GENERATED, report
+from search import GENERATED, layer_tag, report
 
 HELD_OUT = ",".join([f"resnet18.C{i}" for i in range(1, 13)] + list(GENERATED))
 
 
-def searches(layer_dir: str, trials: int) -> tuple[dict, dict]:
-    """A layer's searches: method -> [per seed: the pick after each of its first `trials` trials, as a
-    (template, index, cost in its own run)], and template -> its TaskSpace."""
+def databases(layer_dir: str, random_dir: str | None = None) -> list[str]:
+    """A layer's search databases (METHOD-seedS.db) in `layer_dir`; random search's from `random_dir`
+    instead, when given."""
+    paths = glob.glob(os.path.join(layer_dir, "*-seed*.db"))
+    if random_dir:
+        paths = [p for p in paths if not os.path.basename(p).startswith("random-seed")]
+        paths += glob.glob(os.path.join(random_dir, "random-seed*.db"))
+    if not paths:
+        sys.exit(f"{layer_dir}: no search databases (METHOD-seedS.db); give --from a bench/search.py --out folder")
+    return paths
+
+
+def searches(paths: list[str], trials: int) -> tuple[dict, dict]:
+    """The searches of a layer's databases: method -> [per seed: the pick after each of its first `trials`
+    trials, as a (template, index, cost in its own run)], and template -> its TaskSpace."""
     from tunekit.deploy.kernels import current_trials, task_spaces
     from tunekit.plugin.registry import make_component
     from tunekit.store.database import Database
     target, spaces, runs = make_component("target", "x86"), {}, {}
-    paths = sorted(glob.glob(os.path.join(layer_dir, "*-seed*.db")),
-                   key=lambda p: (p.rsplit("-seed", 1)[0], int(p.rsplit("-seed", 1)[1][:-3])))
-    if not paths:
-        sys.exit(f"{layer_dir}: no search databases (METHOD-seedS.db); give --from a bench/search.py --out folder")
-    for path in paths:
+    label_seed = lambda p: (os.path.basename(p).rsplit("-seed", 1)[0], int(p.rsplit("-seed", 1)[1][:-3]))
+    for path in sorted(paths, key=label_seed):
         with closing(Database(path, readonly=True)) as db:
             (row,) = db.best()
             # every template's trials merged in the order measured, as bench/common.per_task merges them
@@ -58,7 +70,7 @@ def searches(layer_dir: str, trials: int) -> tuple[dict, dict]:
             if t.ok and (best is None or t.cost < best[2]):
                 best = (template, t.index, t.cost)
             picks.append(best)
-        runs.setdefault(os.path.basename(path).rsplit("-seed", 1)[0], []).append(picks)
+        runs.setdefault(label_seed(path)[0], []).append(picks)
     return runs, spaces
 
 
@@ -94,6 +106,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--from", dest="src", default=os.path.join(RESULTS, "search"),
                     help="a bench/search.py --out folder (one folder per layer)")
+    ap.add_argument("--random", default="", metavar="DIR",
+                    help="random search's databases from this bench/search.py --out folder instead (to judge a "
+                         "bench/first_batch.py screen, whose --out has none, against a full run's random search)")
     ap.add_argument("--layers", default=HELD_OUT)
     ap.add_argument("--template", default="nchwc", help="as bench/search.py was given it")
     ap.add_argument("--rounds", type=int, default=5)
@@ -103,7 +118,6 @@ def main() -> None:
     a = ap.parse_args()
     if a.quick:
         a.layers, a.rounds = "resnet18.C11", 3
-    from search import layer_tag
     facts, started = machine_facts(), time.time()
     print(machine_report(facts))
     n = a.trials
@@ -111,7 +125,7 @@ def main() -> None:
     figures, ratios = {}, {}
     for layer in a.layers.split(","):
         _, tag = layer_tag(layer, a.template)
-        runs, spaces = searches(os.path.join(a.src, tag), n)
+        runs, spaces = searches(databases(os.path.join(a.src, tag), a.random and os.path.join(a.random, tag)), n)
         flops = next(iter(spaces.values())).task.flops
         picks = {p[:2] for seeds in runs.values() for ps in seeds for p in ps if p is not None}
         t0 = time.monotonic()

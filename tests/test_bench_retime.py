@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from contextlib import closing
 from pathlib import Path
@@ -38,7 +39,7 @@ def layer(tmp_path_factory):
 
 
 def test_picks_are_each_search_best_so_far_by_its_own_timings(layer):
-    runs, spaces = retime.searches(str(layer), TRIALS)
+    runs, spaces = retime.searches(retime.databases(str(layer)), TRIALS)
     assert {label: len(seeds) for label, seeds in runs.items()} == {"grid": 1, "random": 2}
     assert len(spaces) > 1   # the task's trials span its templates, merged in the order measured
     for label, seeds in runs.items():
@@ -50,8 +51,17 @@ def test_picks_are_each_search_best_so_far_by_its_own_timings(layer):
             assert all(p[0] in spaces for p in picks)
 
 
+def test_random_search_from_another_folder(layer, tmp_path):
+    (tmp_path / "screen").mkdir()
+    (tmp_path / "screen" / "random-seed0.db").write_bytes(b"")   # left out: --random names random's folder
+    (tmp_path / "screen" / "shipped-seed0.db").write_bytes(b"")
+    paths = retime.databases(str(tmp_path / "screen"), str(layer))
+    assert sorted(map(os.path.basename, paths)) == ["random-seed0.db", "random-seed1.db", "shipped-seed0.db"]
+    assert all(os.path.dirname(p) == str(layer) for p in paths if os.path.basename(p).startswith("random"))
+
+
 def test_every_pick_is_timed_once_a_round_in_rotating_order(layer, monkeypatch):
-    runs, spaces = retime.searches(str(layer), TRIALS)
+    runs, spaces = retime.searches(retime.databases(str(layer)), TRIALS)
     picks = {p[:2] for seeds in runs.values() for ps in seeds for p in ps}
     order, measure = [], Measurer.measure
 
