@@ -52,23 +52,21 @@ def databases(layer_dir: str, random_dir: str | None = None) -> list[str]:
 def searches(paths: list[str], trials: int) -> tuple[dict, dict]:
     """The searches of a layer's databases: method -> [per seed: the pick after each of its first `trials`
     trials, as a (template, index, cost in its own run)], and template -> its TaskSpace."""
-    from tunekit.deploy.kernels import current_trials, task_spaces
     from tunekit.plugin.registry import make_component
     from tunekit.store.database import Database
+    from tunekit.tuning.dataset import current_trials
     target, spaces, runs = make_component("target", "x86"), {}, {}
     label_seed = lambda p: (os.path.basename(p).rsplit("-seed", 1)[0], int(p.rsplit("-seed", 1)[1][:-3]))
     for path in sorted(paths, key=label_seed):
         with closing(Database(path, readonly=True)) as db:
-            (row,) = db.best()
-            # every template's trials merged in the order measured, as bench/common.per_task merges them
-            keyed = task_spaces(db, row, target)
-            found = sorted((t.timestamp, k, i, ts.template.name, t) for k, (ts, key) in enumerate(keyed)
-                           for i, t in enumerate(current_trials(db, ts, key)))
-        spaces.update((ts.template.name, ts) for ts, _ in keyed)
+            ((name, device),) = db.devices()
+            # newest first: reversed, every template's trials in the order measured
+            found = list(current_trials(reversed(db.history(name, device, set(), limit=None)), target))
+        spaces.update((ts.template.name, ts) for _, ts, _ in found)
         picks, best = [], None
-        for *_, template, t in found[:trials]:
+        for _, ts, t in found[:trials]:
             if t.ok and (best is None or t.cost < best[2]):
-                best = (template, t.index, t.cost)
+                best = (ts.template.name, t.index, t.cost)
             picks.append(best)
         runs.setdefault(label_seed(path)[0], []).append(picks)
     return runs, spaces

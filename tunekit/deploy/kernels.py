@@ -134,18 +134,6 @@ def best_config(db: Database, task: Task, target) -> tuple[object, int] | None:
     return (best[2], best[1]) if (best := best_record(db, task, target)) else None
 
 
-def task_spaces(db: Database, row: dict, target) -> list[tuple[TaskSpace, TaskKey]]:
-    """The TaskSpace on `target` and the key of its records, for each template that measured the
-    workload of `row` (a row of `Database.best`) on the row's target and device."""
-    out = []
-    for template in db.templates(row["workload"], row["target"], row["device"]):
-        spec = TaskSpec(row["op"], tuple(sorted(row["args"].items())), template, db.computation(row["workload"]))
-        ts = task_of(spec).bind(target)
-        ts.fingerprint = row["device"]   # records of another machine's device are read as theirs
-        out.append((ts, TaskKey(row["workload"], row["target"], row["device"], template)))
-    return out
-
-
 def checked_best(db: Database, row: dict) -> dict:
     """A row of `Database.best` with its best config read against today's templates: the
     fastest record whose config is in its template's space now (a TaskSpace per template
@@ -154,7 +142,13 @@ def checked_best(db: Database, row: dict) -> dict:
     try:
         cls = registry().component("target", row["target"])
         target = cls(cls.Options(**row["target_options"]))
-        found = [(t, ts) for ts, key in task_spaces(db, row, target) for t in current_trials(db, ts, key) if t.ok]
+        found = []   # (trial, its task space) of every template
+        for template in db.templates(row["workload"], row["target"], row["device"]):
+            spec = TaskSpec(row["op"], tuple(sorted(row["args"].items())), template, db.computation(row["workload"]))
+            ts = task_of(spec).bind(target)
+            ts.fingerprint = row["device"]   # records of another machine's device are read as theirs
+            key = TaskKey(row["workload"], row["target"], row["device"], template)
+            found += [(t, ts) for t in current_trials(db, ts, key) if t.ok]
     except (TunekitError, ValueError):   # its plugin is gone, or its options are not valid today
         return {**row, "checked": False}
     if not found:
