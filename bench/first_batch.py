@@ -24,9 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import RESULTS, geomean_worst, machine_facts, machine_report, rotation, write_result
-from search import GENERATED, METHODS, at, db_for, layer_tag, run
-
-HELD_OUT = ",".join([f"resnet18.C{i}" for i in range(1, 13)] + list(GENERATED))
+from search import HELD_OUT, METHODS, at, db_for, layer_tag, run
 
 
 def candidates(models: str, walks: str) -> dict:

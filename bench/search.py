@@ -58,6 +58,8 @@ FIRST_LAYER_ONLY = ("xgb-reg+annealing", "treegru+annealing")   # rank vs regres
 #: held-out computations of examples/computations.py (no network of the dataset has them): name -> (function, args)
 GENERATED = {"gen.conv1d": ("conv1d", dict(N=1, C=256, L=512, K_out=256, R=3)),
              "gen.attention_scores": ("attention_scores", dict(B=1, H=12, S=128, D=64))}
+#: every layer held out of the pretrained model's data: ResNet-18's C1-C12 and the generated computations
+HELD_OUT = ",".join([f"resnet18.C{i}" for i in range(1, 13)] + list(GENERATED))
 
 
 def task_of(workload: str, template: str | None):
