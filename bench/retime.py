@@ -15,8 +15,9 @@ there would deploy. Every distinct pick of a layer, of all methods and seeds, is
 (tunekit's own runner and timing settings) for --rounds rounds in rotating order; a pick's time is
 the median of its rounds. It prints the tables of bench/search.py twice per layer, from the
 searches' own timings and re-timed (the median GFLOPS of the picks at 8/16/32/64 trials, and the
-trials each method needed to reach random search's median pick at 64), and writes
-results/step20/retime@LABEL.json. With --random, random search's databases come from a full run's
+trials each method needed to reach random search's median pick at 64), then per method how much its
+own timings flattered its pick after --trials (own over re-timed, geometric mean over the layers), and
+writes results/step20/retime@LABEL.json. With --random, random search's databases come from a full run's
 folder, so that a bench/first_batch.py screen's 8-trial picks are judged against random search's
 64-trial picks, all re-timed together (a search shorter than --trials keeps its last pick).
 """
@@ -98,6 +99,13 @@ def curves(runs: dict, flops: int, again: dict | None = None) -> dict:
     return {label: [[g(p) for p in picks] for picks in seeds] for label, seeds in runs.items()}
 
 
+def flattery(own: dict, new: dict, n: int) -> dict:
+    """method -> the median GFLOPS of its picks after `n` trials by the searches' own timings over the same
+    re-timed (two `search.report` figures of one layer): how much its own timings flattered it."""
+    med = lambda fig, label: statistics.median(fig["methods"][label]["gflops"][str(n)])
+    return {label: med(own, label) / med(new, label) for label in own["methods"] if med(new, label) > 0}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--from", dest="src", default=os.path.join(RESULTS, "search"),
@@ -118,7 +126,7 @@ def main() -> None:
     print(machine_report(facts))
     n = a.trials
     marks = sorted({m for m in (8, n // 4, n // 2, n) if 0 < m <= n})
-    figures, ratios = {}, {}
+    figures, ratios = {}, {}   # method -> layer -> own over re-timed
     for layer in a.layers.split(","):
         _, tag = layer_tag(layer, a.template)
         runs, spaces = searches(databases(os.path.join(a.src, tag), a.random and os.path.join(a.random, tag)), n)
@@ -130,14 +138,17 @@ def main() -> None:
         own = report(f"{tag}, the searches' own timings", curves(runs, flops), marks, n)
         new = report(f"{tag}, re-timed together", curves(runs, flops, again), marks, n)
         figures[tag] = {"picks": len(picks), "own": own, "retimed": new}
-        # how much the searches' own timings flattered random search's pick at n
-        ratios[tag] = own["random_best"] / new["random_best"]
+        for label, r in flattery(own, new, n).items():
+            ratios.setdefault(label, {})[tag] = r
         path = write_result(f"retime{'@' + a.label if a.label else ''}", facts,
-                            {"from": a.src, "trials": n, "rounds": a.rounds, "marks": marks, "layers": figures},
+                            {"from": a.src, "trials": n, "rounds": a.rounds, "marks": marks, "layers": figures,
+                             "own_over_retimed": ratios},
                             started, os.path.join(RESULTS, "step20"))
-    mean = geomean_worst(ratios)[0]
-    print(f"\nrandom search's median {n}-trial pick, its own timing over its re-timing: geometric mean "
-          f"{mean:.3f} over {len(ratios)} layers, highest {max(ratios.values()):.3f}\nfigures: {path}")
+    print(f"\nthe median {n}-trial pick, the searches' own timing over the re-timing (how much luck flattered it):")
+    for label, r in ratios.items():
+        print(f"  {label}: geometric mean {geomean_worst(r)[0]:.3f} over {len(r)} layers, "
+              f"highest {max(r.values()):.3f}")
+    print(f"figures: {path}")
 
 
 if __name__ == "__main__":

@@ -80,3 +80,10 @@ def test_every_pick_is_timed_once_a_round_in_rotating_order(layer, monkeypatch):
         assert b == a[1:] + a[:1]
     curves = retime.curves(runs, TASK.flops, again)
     assert curves["grid"][0][-1] == pytest.approx(TASK.flops / again[runs["grid"][0][-1][:2]] / 1e9)
+
+
+def test_flattery_is_each_methods_own_median_over_its_retimed_median():
+    fig = lambda **m: {"methods": {label: {"gflops": {"8": g}} for label, g in m.items()}}
+    own, new = fig(random=[100, 120, 90], guided=[150, 130]), fig(random=[100, 100, 90], guided=[120, 100])
+    assert retime.flattery(own, new, 8) == {"random": 1.0, "guided": pytest.approx(140 / 110)}
+    assert retime.flattery(own, fig(random=[0, 0, 0], guided=[1, 1]), 8) == {"guided": 140}   # nothing ran
