@@ -315,3 +315,22 @@ def test_a_whole_tensor_reduction_runs_in_vectors_untuned_and_a_scalar_of_inputs
     template.fn(space, AVX512)
     text = str(te.lower(*template.fn(space.get(space.default()), AVX512)))
     assert re.search(r"# vectorized\n\s+q_max_rf\[", text) and re.search(r"# vectorized\n\s+q_negmin_rf\[", text)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="runs x86 kernels")
+def test_a_row_that_is_no_multiple_of_a_vector_is_tiled_in_whole_vectors_too():
+    """A conv1d's rows of 20 floats: beside tiles that divide the row, the space has whole vectors
+    over the row rounded up, the last one masked; those configs give the right output."""
+    from checks import interpreted_and_compiled
+    from computations import conv1d
+    tgt = registry().component("target", "x86")()
+    lanes = tgt.device().lanes("float32")
+    ts = tunekit.Task.from_compute(conv1d, dict(N=1, C=4, L=22, K_out=3, R=3), name="conv1d").bind(tgt)
+    (knob,) = [k.name for k in ts.space.knobs if k.name.endswith("tile_i")]
+    pad = -(-20 // lanes) * lanes
+    assert {v[-1] for v in ts.space.values(knob)} == \
+        {d for d in (1, 2, 4, 5, 10, 20) if d <= lanes} | {m * lanes for m in (1, 2, 3, 4) if pad % (m * lanes) == 0}
+    whole = [i for i in ts.space.sample(random.Random(0), 200) if ts.space.get(i)[knob][-1] % lanes == 0]
+    assert whole
+    for index in whole[:6]:
+        interpreted_and_compiled(ts, index, tgt)

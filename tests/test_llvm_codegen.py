@@ -239,6 +239,27 @@ def test_vectorized_code_is_vector_and_fallback_is_not(x86):
 
 
 @needs_x86
+@pytest.mark.parametrize("n", range(16, 25))
+def test_a_guarded_vector_runs_unmasked_while_every_lane_is_in(x86, n):
+    # columns of n = 2 or 3 vectors of 8, the last one n % 8 lanes full (none when n is 16 or 24)
+    A, B, C = matmul(5, n, 7)
+    s = te.create_schedule(C)
+    jo, ji = s[C].split(C.op.axis[1], 8)
+    s[C].reorder(C.op.axis[0], jo, C.op.reduce_axis[0], ji)
+    s[C].vectorize(ji)
+    p = te.lower(s, [A, B, C], "mm")
+    a, b = _rand(5, 7), _rand(7, n, seed=n)
+    # B ends at a page boundary: a tail that loaded past its last column would fault
+    _check(x86, p, [a, _before_guard_page(b)], [a @ b])
+    text = x86.build(p).meta["llvm_ir"]
+    if n % 8:     # the guard's branch: plain vectors when every lane is in, masked ones in the tail
+        assert "llvm.vector.reduce.and" in text and "llvm.masked.store" in text
+        assert "store <8 x float>" in text.replace("llvm.masked.store", "")
+    else:
+        assert "llvm.vector.reduce.and" not in text and "llvm.masked" not in text
+
+
+@needs_x86
 def test_strided_broadcast_and_fused_vector_accesses(x86):
     X, v = te.placeholder((16, 12), "X"), te.placeholder((16,), "v")
     # along j: X[j, i] is strided (gather), v[j] contiguous, X[0, i] the same for every lane
@@ -270,6 +291,18 @@ def test_parallel_uses_libgomp(x86):
     for _ in range(3):
         fn(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
+def _before_guard_page(a: np.ndarray) -> np.ndarray:
+    """A copy of `a` ending right before an inaccessible page: reading past its end faults."""
+    page = mmap.PAGESIZE
+    size = -(-a.nbytes // page) * page
+    m = mmap.mmap(-1, size + page)
+    addr = ctypes.addressof((ctypes.c_char * len(m)).from_buffer(m))
+    assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(addr + size), page, 0) == 0    # PROT_NONE
+    out = np.frombuffer(m, a.dtype, a.size, offset=size - a.nbytes).reshape(a.shape)
+    out[...] = a
+    return out
 
 
 def _after_guard_page(a: np.ndarray) -> np.ndarray:

@@ -83,12 +83,17 @@ class Rules(RuleSet):
         last = axes[-1].extent
         vec = [v for v in (lanes, 2 * lanes, 3 * lanes, 4 * lanes) if last % v == 0] or [d for d in
                                                                                          _divisors(last) if d <= lanes]
+        # a row that is no multiple of a vector also gets whole vectors, the last one masked (its guard
+        # branches to unmasked code while every lane is in): the splits of the row rounded up
+        pad = -(-last // lanes) * lanes
+        rows = [v for v in _splits(last, 4) if v[-1] in vec] + \
+            [v for v in _splits(pad, 4) if v[-1] % lanes == 0 and v[-1] <= 4 * lanes] * (pad != last)
         regs = dev.vector_registers()
         sk = [self.knob(f"tile_{a.name}") for a in acc.op.axis]   # the same knobs with or without an epilogue
         rk = [self.knob(f"tile_{a.name}") for a in raxes]
         for d, a in enumerate(axes):
             if d == n - 1:
-                cfg.define_split(sk[d], a.extent, num_outputs=4, filter=lambda v: v[-1] in vec)
+                cfg.define_split(sk[d], a.extent, num_outputs=4, policy="candidates", candidates=rows)
             else:
                 cfg.define_split(sk[d], a.extent, num_outputs=4, filter=lambda v: v[-1] <= 8)
         for k, a in zip(rk, raxes):
@@ -308,6 +313,11 @@ def _affine_last(ld) -> dict:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _splits(n: int, parts: int) -> list[tuple]:
+    """Every way to write `n` as a product of `parts` loop sizes, outermost first."""
+    return [(n,)] if parts == 1 else [(d,) + r for d in _divisors(n) for r in _splits(n // d, parts - 1)]
 
 
 def schedule(s, outputs, cfg, device) -> None:

@@ -7,7 +7,8 @@ and are broadcast where they meet vectors. A flat index `c*var + rest` gives a
 contiguous vector load/store when c == 1, a scalar load + broadcast when c == 0 and
 a gather/scatter otherwise. A condition that depends on the lanes becomes a mask:
 loads and stores under it are `llvm.masked.*`, so tails and padding never touch
-memory the scalar program would not.
+memory the scalar program would not; a guarded statement runs unmasked in the
+passes where every lane is in.
 
 Anything else (nested loops, allocations, stores that several lanes could hit,
 lane-crossing dependences) falls back to a scalar loop (`plan` says why).
@@ -18,7 +19,7 @@ from llvmlite import ir as ll
 
 from tunekit import ir, te
 
-from .support import I32, PTR, VOID, elem_bytes, mem_type, value_type
+from .support import I1, I32, PTR, VOID, elem_bytes, mem_type, value_type
 
 MAX_LANES = 64
 
@@ -156,6 +157,21 @@ def _all_true(n: int) -> ll.Constant:
 def masked_if(cg, s: ir.IfThenElse) -> None:
     lane = cg.lane
     old, cond = lane.mask, cg.expr(s.cond)
+    if old is None and isinstance(cond.type, ll.VectorType):
+        # a tail or a border: most passes have every lane in, and then run unmasked (masked loads
+        # of lane-invariant data would be gathers); the others take the masked code below
+        fn = cg.intrinsic("llvm.vector.reduce.and", [cond.type], I1, [cond.type])
+        with cg.b.if_else(cg.b.call(fn, [cond])) as (every, some):
+            with every:
+                cg.stmt(s.then)
+            with some:
+                _masked(cg, s, cond, old)
+        return
+    _masked(cg, s, cond, old)
+
+
+def _masked(cg, s: ir.IfThenElse, cond: ll.Value, old: ll.Value | None) -> None:
+    lane = cg.lane
     try:
         lane.mask = _under(cg, cond, old)
         cg.stmt(s.then)
