@@ -250,7 +250,7 @@ def test_a_guarded_vector_runs_unmasked_while_every_lane_is_in(x86, n):
     p = te.lower(s, [A, B, C], "mm")
     a, b = _rand(5, 7), _rand(7, n, seed=n)
     # B ends at a page boundary: a tail that loaded past its last column would fault
-    _check(x86, p, [a, _before_guard_page(b)], [a @ b])
+    _check(x86, p, [a, _beside_guard_page(b, after=False)], [a @ b])
     text = x86.build(p).meta["llvm_ir"]
     if n % 8:     # the guard's branch: plain vectors when every lane is in, masked ones in the tail
         assert "llvm.vector.reduce.and" in text and "llvm.masked.store" in text
@@ -293,25 +293,16 @@ def test_parallel_uses_libgomp(x86):
         np.testing.assert_allclose(c, a @ b, rtol=1e-5)
 
 
-def _before_guard_page(a: np.ndarray) -> np.ndarray:
-    """A copy of `a` ending right before an inaccessible page: reading past its end faults."""
+def _beside_guard_page(a: np.ndarray, after: bool = True) -> np.ndarray:
+    """A copy of `a` right after an inaccessible page (reading before it faults) or, not `after`, right
+    before one (reading past its end faults)."""
     page = mmap.PAGESIZE
     size = -(-a.nbytes // page) * page
-    m = mmap.mmap(-1, size + page)
+    m = mmap.mmap(-1, page + size)
     addr = ctypes.addressof((ctypes.c_char * len(m)).from_buffer(m))
-    assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(addr + size), page, 0) == 0    # PROT_NONE
-    out = np.frombuffer(m, a.dtype, a.size, offset=size - a.nbytes).reshape(a.shape)
-    out[...] = a
-    return out
-
-
-def _after_guard_page(a: np.ndarray) -> np.ndarray:
-    """A copy of `a` starting right after an inaccessible page: reading before it faults."""
-    page = mmap.PAGESIZE
-    m = mmap.mmap(-1, page + -(-a.nbytes // page) * page)
-    addr = ctypes.addressof((ctypes.c_char * len(m)).from_buffer(m))
-    assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(addr), page, 0) == 0    # PROT_NONE
-    out = np.frombuffer(m, a.dtype, a.size, offset=page).reshape(a.shape)
+    guard, start = (0, page) if after else (size, size - a.nbytes)
+    assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(addr + guard), page, 0) == 0    # PROT_NONE
+    out = np.frombuffer(m, a.dtype, a.size, offset=start).reshape(a.shape)
     out[...] = a
     return out
 
@@ -323,7 +314,7 @@ def test_padded_conv2d(x86, vectorize_x, pad_at):
     p = conv2d_padded(vectorize_x, pad_at)
     x, w = _rand(1, 3, 8, 8), _rand(4, 3, 3, 3, seed=2)
     # the padding reads X[-9] on the side not taken: it must never be loaded
-    _check(x86, p, [_after_guard_page(x), w], [_conv_ref(x, w)])
+    _check(x86, p, [_beside_guard_page(x), w], [_conv_ref(x, w)])
     if vectorize_x and not pad_at:    # the padded read is a masked load, never a plain one
         assert "llvm.masked.load" in x86.build(p).meta["llvm_ir"]
 
