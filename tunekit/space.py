@@ -19,10 +19,12 @@ from collections.abc import Sequence
 from tunekit.errors import SpaceError
 
 
-def _factorizations(n: int, parts: int) -> list[tuple]:
+def factorizations(n: int, parts: int) -> list[tuple]:
+    """Return every way to write `n` as a product of `parts` loop sizes, outermost first (the values of a
+    "factors" split; a template that builds its own candidates starts from them)."""
     if parts == 1:
         return [(n,)]
-    return [(f,) + rest for f in range(1, n + 1) if n % f == 0 for rest in _factorizations(n // f, parts - 1)]
+    return [(f,) + rest for f in range(1, n + 1) if n % f == 0 for rest in factorizations(n // f, parts - 1)]
 
 
 def _pow2_splits(n: int, parts: int, max_factor: int) -> list[tuple]:
@@ -107,7 +109,7 @@ class _Define:
             return
         extent = axis if isinstance(axis, int) else axis.extent
         if policy == "factors":
-            vals = [v for v in _factorizations(extent, num_outputs) if max(v[1:], default=0) <= max_factor]
+            vals = [v for v in factorizations(extent, num_outputs) if max(v[1:], default=0) <= max_factor]
         elif policy == "power2":
             vals = _pow2_splits(extent, num_outputs, max_factor)
         elif policy == "candidates":

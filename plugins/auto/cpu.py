@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from tunekit import ir
+from tunekit.space import factorizations
 
 from .analysis import RuleSet, contiguous_axis, has_reuse, inline_injective, loads, padding, producers
 
@@ -86,8 +87,9 @@ class Rules(RuleSet):
         # a row that is no multiple of a vector also gets whole vectors, the last one masked (its guard
         # branches to unmasked code while every lane is in): the splits of the row rounded up
         pad = -(-last // lanes) * lanes
-        rows = [v for v in _splits(last, 4) if v[-1] in vec] + \
-            [v for v in _splits(pad, 4) if v[-1] % lanes == 0 and v[-1] <= 4 * lanes] * (pad != last)
+        rows = [v for v in factorizations(last, 4) if v[-1] in vec]
+        if pad != last:
+            rows += [v for v in factorizations(pad, 4) if v[-1] % lanes == 0 and v[-1] <= 4 * lanes]
         regs = dev.vector_registers()
         sk = [self.knob(f"tile_{a.name}") for a in acc.op.axis]   # the same knobs with or without an epilogue
         rk = [self.knob(f"tile_{a.name}") for a in raxes]
@@ -313,11 +315,6 @@ def _affine_last(ld) -> dict:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _splits(n: int, parts: int) -> list[tuple]:
-    """Every way to write `n` as a product of `parts` loop sizes, outermost first."""
-    return [(n,)] if parts == 1 else [(d,) + r for d in _divisors(n) for r in _splits(n // d, parts - 1)]
 
 
 def schedule(s, outputs, cfg, device) -> None:
