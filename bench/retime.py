@@ -15,8 +15,10 @@ there would deploy. Every distinct pick of a layer, of all methods and seeds, is
 (tunekit's own runner and timing settings) for --rounds rounds in rotating order; a pick's time is
 the median of its rounds. It prints the tables of bench/search.py twice per layer, from the
 searches' own timings and re-timed (the median GFLOPS of the picks at 8/16/32/64 trials, and the
-trials each method needed to reach random search's median pick at 64), then per method how much its
-own timings flattered its pick after --trials (own over re-timed, geometric mean over the layers), and
+trials each method needed to reach random search's median pick at 64), and each method's median pick
+over random search's per round (a round's picks are timed within seconds of each other); then per method
+how much its own timings flattered its pick after --trials (own over re-timed, geometric mean over the
+layers) and on how many layers its pick reached random search's in the median round, and
 writes results/step20/retime@LABEL.json. With --random, random search's databases come from a full run's
 folder, so that a bench/first_batch.py screen's 8-trial picks are judged against random search's
 64-trial picks, all re-timed together (a search shorter than --trials keeps its last pick).
@@ -72,8 +74,8 @@ def searches(paths: list[str], trials: int) -> tuple[dict, dict]:
 
 
 def retime(picks: set, spaces: dict, rounds: int) -> dict:
-    """(template, index) -> the median of its costs over `rounds` rounds, every pick timed once a round,
-    the order rotating from round to round (inf: a pick that failed to run)."""
+    """(template, index) -> its cost in each of `rounds` rounds, every pick timed once a round, the order
+    rotating from round to round (inf: a pick that failed to run)."""
     from tunekit.measure.measurer import Measurer
     from tunekit.recipe.model import MeasureSection
     by_template: dict = {}
@@ -88,7 +90,30 @@ def retime(picks: set, spaces: dict, rounds: int) -> dict:
                     costs[template, t.index].append(t.cost)
     finally:
         m.close()
-    return {p: statistics.median(c) for p, c in costs.items()}
+    return costs
+
+
+def paired(runs: dict, flops: int, costs: dict, marks: list[int], n: int) -> dict:
+    """method -> mark -> per round: the median GFLOPS (over seeds) of its picks after `mark` trials over
+    random search's after `n`, both from that round's timings. Why per round: a slow spell of the
+    machine slowed every config timed in its few seconds by up to half (8 configs of C9, 5 processes x 4
+    rounds, 2026-12-06), so a round's picks, timed within seconds of each other, compare better than
+    medians taken across rounds, and the rounds' spread shows what the machine's mood can do to a ratio."""
+    from search import at
+    out: dict = {}
+    for r in range(len(next(iter(costs.values())))):
+        this = curves(runs, flops, {p: c[r] for p, c in costs.items()})
+        base = statistics.median(at(c, n) for c in this["random"])
+        for label, seeds in this.items():
+            longest = max(len(c) for c in seeds)   # a first-batch screen: its mark 8 only
+            for m in [m for m in marks if m <= longest] or marks[:1] if label != "random" else ():
+                ratio = statistics.median(at(c, m) for c in seeds) / base if base > 0 else 0.0
+                out.setdefault(label, {}).setdefault(str(m), []).append(ratio)
+    for label, by_mark in out.items():
+        print(f"  {label}: its median pick over random search's after {n}, per round (median, min-max): " +
+              ", ".join(f"after {m} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+                        for m, v in by_mark.items()))
+    return out
 
 
 def curves(runs: dict, flops: int, again: dict | None = None) -> dict:
@@ -133,11 +158,13 @@ def main() -> None:
         flops = next(iter(spaces.values())).task.flops
         picks = {p[:2] for seeds in runs.values() for ps in seeds for p in ps if p is not None}
         t0 = time.monotonic()
-        again = retime(picks, spaces, a.rounds)
+        timed = retime(picks, spaces, a.rounds)
+        again = {p: statistics.median(c) for p, c in timed.items()}
         print(f"\n{tag}: {len(picks)} distinct picks re-timed, {a.rounds} rounds, {time.monotonic() - t0:.0f} s")
         own = report(f"{tag}, the searches' own timings", curves(runs, flops), marks, n)
         new = report(f"{tag}, re-timed together", curves(runs, flops, again), marks, n)
-        figures[tag] = {"picks": len(picks), "own": own, "retimed": new}
+        figures[tag] = {"picks": len(picks), "own": own, "retimed": new,
+                        "per_round": paired(runs, flops, timed, marks, n)}
         for label, r in flattery(own, new, n).items():
             ratios.setdefault(label, {})[tag] = r
         path = write_result(f"retime{'@' + a.label if a.label else ''}", facts,
@@ -148,6 +175,17 @@ def main() -> None:
     for label, r in ratios.items():
         print(f"  {label}: geometric mean {geomean_worst(r)[0]:.3f} over {len(r)} layers, "
               f"highest {max(r.values()):.3f}")
+    for label in {label for f in figures.values() for label in f["per_round"]}:
+        for m in marks:
+            r = {tag: f["per_round"][label][str(m)] for tag, f in figures.items()
+                 if str(m) in f["per_round"].get(label, {})}
+            if not r:
+                continue
+            ahead = [t for t, v in r.items() if statistics.median(v) >= 1]
+            level = [t for t, v in r.items() if statistics.median(v) < 1 <= max(v)]
+            print(f"  {label} after {m}: at least random search's pick after {n} on {len(ahead)} of {len(r)} layers "
+                  f"(median of the rounds), below it in some rounds only on {len(level)} ({', '.join(level)}), "
+                  f"below in every round on {len(r) - len(ahead) - len(level)}")
     print(f"figures: {path}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import statistics
 import sys
 from contextlib import closing
 from pathlib import Path
@@ -69,8 +70,10 @@ def test_every_pick_is_timed_once_a_round_in_rotating_order(layer, monkeypatch):
         order.append([(ts.template.name, i) for i in indices])
         return measure(self, ts, indices, *a, **k)
     monkeypatch.setattr(Measurer, "measure", spy)
-    again = retime.retime(picks, spaces, rounds=2)
-    assert set(again) == picks and all(0 < c < math.inf for c in again.values())
+    timed_rounds = retime.retime(picks, spaces, rounds=2)
+    assert set(timed_rounds) == picks and all(len(c) == 2 and 0 < min(c) <= max(c) < math.inf
+                                              for c in timed_rounds.values())
+    again = {p: statistics.median(c) for p, c in timed_rounds.items()}
     timed = [p for call in order for p in call]
     assert sorted(timed) == sorted(list(picks) * 2)
     first, second = order[:len(order) // 2], order[len(order) // 2:]
@@ -87,3 +90,15 @@ def test_flattery_is_each_methods_own_median_over_its_retimed_median():
     own, new = fig(random=[100, 120, 90], guided=[150, 130]), fig(random=[100, 100, 90], guided=[120, 100])
     assert retime.flattery(own, new, 8) == {"random": 1.0, "guided": pytest.approx(140 / 110)}
     assert retime.flattery(own, fig(random=[0, 0, 0], guided=[1, 1]), 8) == {"guided": 140}   # nothing ran
+
+
+def test_each_round_compares_the_methods_medians_from_that_rounds_timings():
+    # random search's picks after 2 trials: seed 0 config 1, seed 1 config 2; the screen's (one trial):
+    # configs 3 and 4. Round 0 times configs 2 and 4 fast, round 1 times every config alike.
+    runs = {"random": [[("t", 0, 1.0), ("t", 1, 1.0)], [("t", 2, 1.0), ("t", 2, 1.0)]],
+            "guided": [[("t", 3, 1.0)], [("t", 4, 1.0)]]}
+    costs = {("t", 0): [1.0, 1.0], ("t", 1): [1.0, 1.0], ("t", 2): [0.5, 1.0], ("t", 3): [1.0, 1.0],
+             ("t", 4): [0.25, 1.0]}
+    out = retime.paired(runs, 10**9, costs, marks=[1, 2], n=2)
+    # GFLOPS = 1 / seconds here; round 0: guided's median (1 + 4) / 2 over random's (1 + 2) / 2
+    assert out == {"guided": {"1": [pytest.approx(2.5 / 1.5), 1.0]}}   # the screen's one trial: its mark 1 only
