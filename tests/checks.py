@@ -86,3 +86,18 @@ def built_here(target, program):
     with pytest.raises(KernelLoadError, match=rf"built for \S+ with .*{missing[0]}.*, which this CPU lacks"):
         target.load(artifact)
     return None
+
+
+def bench_script(name: str):
+    """Load `bench/<name>.py` as a module (bench/ is no package: it goes on sys.path, as its scripts
+    import bench/common.py and each other)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    if str(bench) not in sys.path:
+        sys.path.insert(0, str(bench))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", bench / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

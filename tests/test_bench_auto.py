@@ -1,15 +1,9 @@
 """bench/auto.py: the per-task table and the goal line read the figures a run gathered."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from checks import bench_script
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))   # bench/auto.py imports bench/common.py
-_spec = importlib.util.spec_from_file_location("bench_auto", BENCH / "auto.py")
-auto = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(auto)
+auto = bench_script("auto")
 
 
 def row(task, ratio=None, auto_ok=True, hand=True, **more):

@@ -2,17 +2,11 @@
 trials go where they are meant to."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from checks import bench_script
 
 import tunekit
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))   # bench/dataset.py imports bench/common.py and bench/e2e.py
-_spec = importlib.util.spec_from_file_location("bench_dataset", BENCH / "dataset.py")
-dataset = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(dataset)
+dataset = bench_script("dataset")
 
 
 def _kind(args: dict) -> tuple:

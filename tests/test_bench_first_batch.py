@@ -1,15 +1,11 @@
 """bench/first_batch.py: each candidate differs from the shipped pretrained method in one thing only."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))   # bench/first_batch.py imports bench/common.py and bench/search.py
-_spec = importlib.util.spec_from_file_location("bench_first_batch", BENCH / "first_batch.py")
-first_batch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(first_batch)
+from checks import bench_script
+
+first_batch = bench_script("first_batch")
 
 
 def test_candidates_are_the_shipped_method_then_each_model_file_and_each_walk():

@@ -2,20 +2,13 @@
 best-ranked ones, learning from what it has measured so far."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from checks import bench_script
 
 import tunekit
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))   # bench/model_proxy.py imports bench/common.py and bench/search.py
-_spec = importlib.util.spec_from_file_location("bench_model_proxy", BENCH / "model_proxy.py")
-model_proxy = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(model_proxy)
+model_proxy = bench_script("model_proxy")
 
 X86 = tunekit.registry().component("target", "x86")
 pytestmark = pytest.mark.skipif(X86.available() is not None, reason=f"x86 cannot run here: {X86.available()}")

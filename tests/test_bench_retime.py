@@ -2,25 +2,19 @@
 timed again once a round, in rotating order."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import statistics
-import sys
 from contextlib import closing
-from pathlib import Path
 
 import pytest
+from checks import bench_script
 
 import tunekit
 from tunekit.measure.measurer import Measurer
 from tunekit.store.database import Database
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))   # bench/retime.py imports bench/common.py and bench/search.py
-_spec = importlib.util.spec_from_file_location("bench_retime", BENCH / "retime.py")
-retime = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(retime)
+retime = bench_script("retime")
 
 X86 = tunekit.registry().component("target", "x86")
 pytestmark = pytest.mark.skipif(X86.available() is not None, reason=f"x86 cannot run here: {X86.available()}")
