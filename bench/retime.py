@@ -16,7 +16,7 @@ there would deploy. Every distinct pick of a layer, of all methods and seeds, is
 the median of its rounds. It prints the tables of bench/search.py twice per layer, from the
 searches' own timings and re-timed (the median GFLOPS of the picks at 8/16/32/64 trials, and the
 trials each method needed to reach random search's median pick at 64), and each method's median pick
-over random search's per round (a round's picks are timed within seconds of each other); then per method
+over random search's per round (a round's picks are timed within half a minute); then per method
 how much its own timings flattered its pick after --trials (own over re-timed, geometric mean over the
 layers) and on how many layers its pick reached random search's in the median round, and
 writes results/step20/retime@LABEL.json. With --random, random search's databases come from a full run's
@@ -97,8 +97,8 @@ def paired(runs: dict, flops: int, costs: dict, marks: list[int], n: int) -> dic
     """method -> mark -> per round: the median GFLOPS (over seeds) of its picks after `mark` trials over
     random search's after `n`, both from that round's timings. Why per round: a slow spell of the
     machine slowed every config timed in its few seconds by up to half (8 configs of C9, 5 processes x 4
-    rounds, 2026-12-06), so a round's picks, timed within seconds of each other, compare better than
-    medians taken across rounds, and the rounds' spread shows what the machine's mood can do to a ratio."""
+    rounds, 2026-12-06), so a round's picks, timed within half a minute of each other, compare better
+    than medians taken across rounds, and the rounds' spread shows what the machine's mood can do to a ratio."""
     from search import at
     out: dict = {}
     for r in range(len(next(iter(costs.values())))):
@@ -175,7 +175,7 @@ def main() -> None:
     for label, r in ratios.items():
         print(f"  {label}: geometric mean {geomean_worst(r)[0]:.3f} over {len(r)} layers, "
               f"highest {max(r.values()):.3f}")
-    for label in {label for f in figures.values() for label in f["per_round"]}:
+    for label in sorted({label for f in figures.values() for label in f["per_round"]}):
         for m in marks:
             r = {tag: f["per_round"][label][str(m)] for tag, f in figures.items()
                  if str(m) in f["per_round"].get(label, {})}
