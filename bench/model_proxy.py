@@ -12,6 +12,8 @@ rest after fitting on those 8, 17-21 its 5 best after fitting on 16 (the goal's 
 8). It hits when the fastest of its 21 is at least random search's 64-trial best, taken as the median
 over 400 draws of 64 from the pool. Random draws hit with probability 1 - 0.5 ** (21 / 64) = 0.20.
 What it leaves out: the explorer (the pool stands for the space) and the timing noise of new trials.
+bench/replay.py replays whole searches, explorer included, but on a space timed config by config,
+which only the small layers allow (C10-C12); this screen takes any layer and measures nothing.
 
 Prints each variant's hit rate per layer (--reps replays, the same draws for every variant) and
 writes results/step20/model_proxy@LABEL.json.

@@ -35,7 +35,7 @@ from contextlib import closing
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import RESULTS, geomean_worst, machine_facts, machine_report, rotation, write_result
-from search import HELD_OUT, layer_tag, report
+from search import HELD_OUT, at, layer_tag, report
 
 
 def databases(layer_dir: str, random_dir: str | None = None) -> list[str]:
@@ -99,7 +99,6 @@ def paired(runs: dict, flops: int, costs: dict, marks: list[int], n: int) -> dic
     machine slowed every config timed in its few seconds by up to half (8 configs of C9, 5 processes x 4
     rounds, 2026-12-06), so a round's picks, timed within half a minute of each other, compare better
     than medians taken across rounds, and the rounds' spread shows what the machine's mood can do to a ratio."""
-    from search import at
     out: dict = {}
     for r in range(len(next(iter(costs.values())))):
         this = curves(runs, flops, {p: c[r] for p, c in costs.items()})
