@@ -35,7 +35,8 @@ def test_generated_convs_are_the_same_every_time_and_a_longer_list_extends_a_sho
 def test_deep_trials_are_guided_by_the_model_and_only_on_conv2d_nchwc(tmp_path):
     import sqlite3
     db = str(tmp_path / "d.db")
-    conv = tunekit.Task("conv2d", dict(N=1, C=4, H=8, W=8, R=3, S=3, stride=(1, 1), padding=(1, 1), K_out=8))
+    # 32 output channels: with 8 the `direct` template has one valid config where a vector is 16 lanes (AVX-512)
+    conv = tunekit.Task("conv2d", dict(N=1, C=4, H=8, W=8, R=3, S=3, stride=(1, 1), padding=(1, 1), K_out=32))
     tuned = dataset.tune_all([conv], db, 2, 0, set(), deep=3)
     with sqlite3.connect(db) as c:
         rows = c.execute("select template, model, count(*) from trials group by 1, 2").fetchall()
