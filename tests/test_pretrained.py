@@ -20,7 +20,7 @@ from tunekit.testing import NULL_PLUGIN_NAME, NullTarget, null_plugin, simulated
 from tunekit.tuning.dataset import KIND, Dataset
 
 pytest.importorskip("xgboost")
-from tunekit_plugins.models.gbt_common import pretrained_dir
+from tunekit_plugins.models.gbt_common import _pretrained, pretrained_dir
 from tunekit_plugins.models.xgboost import XGBoostModel
 
 TRAIN = [(8, 64, 16), (16, 16, 16), (32, 32, 8), (64, 16, 32), (16, 64, 64), (32, 8, 32)]
@@ -126,6 +126,25 @@ def test_without_a_file_for_the_device_the_model_falls_back_with_one_line(null, 
     assert main(["tune", str(recipe)]) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "pretrained" in line]
     assert len(err) == 1 and err[0].startswith("warning: xgboost: no pretrained model for null-"), err
+
+
+def test_a_folder_gives_each_task_its_templates_model_else_its_cpus(pretrained, null, tmp_path):
+    ts = _space(8, 8, 8)
+    family = f"{ts.target.name}-{ts.device.name}"
+    mine, cpus = tmp_path / f"{family}@{ts.template.name}.json", tmp_path / f"{family}.json"
+    for path in (mine, cpus):
+        path.write_bytes(open(pretrained, "rb").read())
+    (tmp_path / f"{family}@other-template.json").write_text("not read: another template's")
+    m = _model(pretrained=str(tmp_path))
+    m.start(ts)
+    assert m._global is _pretrained(m, str(mine))
+    mine.unlink()
+    m = _model(pretrained=str(tmp_path))
+    m.start(ts)
+    assert m._global is _pretrained(m, str(cpus))
+    cpus.unlink()
+    with pytest.warns(UserWarning, match=rf"no pretrained model for {family} in {tmp_path} \(has: {family}\)"):
+        _model(pretrained=str(tmp_path)).start(ts)
 
 
 def test_a_missing_or_wrong_pretrained_file_is_a_clear_error(tmp_path, null):

@@ -68,10 +68,11 @@ class GBTOptions(tunekit.Options):
     pretrained: bool | str = Field(
         False, description="Start from a model trained across many tasks' measured programs, then fine-tune on "
                            "the task's own trials as they come (Eq. 4 of the paper). true: the model shipped for "
-                           "the target and its CPU (`pretrained/<target>-<cpu>.json` beside the plugin; without "
-                           "one, a warning says so and the model starts from nothing); a path: a model `tunekit "
-                           "dataset train` wrote. With [tuning] transfer and history in the database, the model "
-                           "trained on that history replaces it.")
+                           "the target and its CPU (`pretrained/<target>-<cpu>@<template>.json` beside the "
+                           "plugin for a task of that template, else `<target>-<cpu>.json`; without either, a "
+                           "warning says so and the model starts from nothing); a file: a model `tunekit dataset "
+                           "train` wrote; a folder: its files, chosen as for true. With [tuning] transfer and "
+                           "history in the database, the model trained on that history replaces it.")
     n_jobs: int = Field(1, ge=0, description="Threads for training and prediction (0: the library's default, "
                                              "all cores). One by default: fits are small, and idle OpenMP "
                                              "threads were seen to stall a fit for seconds on a busy machine.")
@@ -297,12 +298,14 @@ class GBTModel(tunekit.CostModel):
         want = self.options.pretrained
         if want is False:
             return
-        if want is True:
-            family = f"{space.target.name}-{space.device.name}"
-            path = pretrained_dir(self) / f"{family}.json"
-            if not path.exists():
-                have = sorted(p.stem for p in pretrained_dir(self).glob("*.json"))
-                warnings.warn(f"{self.name}: no pretrained model for {family} (shipped: {', '.join(have) or 'none'}); "
+        folder = pretrained_dir(self) if want is True else Path(want)
+        if folder.is_dir():
+            path = for_task(folder, space)
+            if path is None:
+                have = sorted({p.stem.split("@")[0] for p in folder.glob("*.json")})
+                where = "" if want is True else f" in {folder}"
+                warnings.warn(f"{self.name}: no pretrained model for {space.target.name}-{space.device.name}{where} "
+                              f"({'shipped' if want is True else 'has'}: {', '.join(have) or 'none'}); "
                               "the model starts from nothing and learns from this task's trials", stacklevel=2)
                 return
             want = str(path)
@@ -376,6 +379,16 @@ class GBTModel(tunekit.CostModel):
 def pretrained_dir(model) -> Path:
     """Where the pretrained files of `model`'s plugin lie: `pretrained/` beside its module."""
     return Path(sys.modules[type(model).__module__].__file__).parent / "pretrained"
+
+
+def for_task(folder: Path, space) -> Path | None:
+    """The model file of `folder` for the task of `space`: `<target>-<cpu>@<template>.json` where there
+    is one for its template, else `<target>-<cpu>.json`; None without either. Why per template: on a
+    Zen 5, data deepened on `nchwc` convolutions made the model better on them and worse on `auto`
+    ones, so each family of templates keeps the model that serves it best (bench/HISTORY.md)."""
+    family = f"{space.target.name}-{space.device.name}"
+    return next((p for p in (folder / f"{family}@{space.template.name}.json", folder / f"{family}.json")
+                 if p.exists()), None)
 
 
 _PRETRAINED: dict = {}   # (model, path, mtime) -> its global model: every task of a run shares one
