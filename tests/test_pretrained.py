@@ -143,7 +143,7 @@ def test_a_folder_gives_each_task_its_templates_model_else_its_cpus(pretrained, 
     m.start(ts)
     assert m._global is _pretrained(m, str(cpus))
     cpus.unlink()
-    with pytest.warns(UserWarning, match=rf"no pretrained model for {family} in {tmp_path} \(has: {family}\)"):
+    with pytest.warns(UserWarning, match=rf"no pretrained model for {family} \({tmp_path}: {family}\)"):
         _model(pretrained=str(tmp_path)).start(ts)
 
 

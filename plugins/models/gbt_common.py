@@ -299,16 +299,17 @@ class GBTModel(tunekit.CostModel):
         if want is False:
             return
         folder = pretrained_dir(self) if want is True else Path(want)
-        if folder.is_dir():
-            path = for_task(folder, space)
-            if path is None:
+        if folder.is_dir():   # the CPU's file for the task's template, else its file for every template
+            family = f"{space.target.name}-{space.device.name}"
+            found = [p for p in (folder / f"{family}@{space.template.name}.json", folder / f"{family}.json")
+                     if p.exists()]
+            if not found:
                 have = sorted({p.stem.split("@")[0] for p in folder.glob("*.json")})
-                where = "" if want is True else f" in {folder}"
-                warnings.warn(f"{self.name}: no pretrained model for {space.target.name}-{space.device.name}{where} "
-                              f"({'shipped' if want is True else 'has'}: {', '.join(have) or 'none'}); "
-                              "the model starts from nothing and learns from this task's trials", stacklevel=2)
+                warnings.warn(f"{self.name}: no pretrained model for {family} ({'shipped' if want is True else folder}"
+                              f": {', '.join(have) or 'none'}); the model starts from nothing and learns from this "
+                              "task's trials", stacklevel=2)
                 return
-            want = str(path)
+            want = str(found[0])
         self._global = _pretrained(self, want)
 
     def _global_margin(self, candidates) -> np.ndarray | None:
@@ -379,16 +380,6 @@ class GBTModel(tunekit.CostModel):
 def pretrained_dir(model) -> Path:
     """Where the pretrained files of `model`'s plugin lie: `pretrained/` beside its module."""
     return Path(sys.modules[type(model).__module__].__file__).parent / "pretrained"
-
-
-def for_task(folder: Path, space) -> Path | None:
-    """The model file of `folder` for the task of `space`: `<target>-<cpu>@<template>.json` where there
-    is one for its template, else `<target>-<cpu>.json`; None without either. Why per template: on a
-    Zen 5, data deepened on `nchwc` convolutions made the model better on them and worse on `auto`
-    ones, so each family of templates keeps the model that serves it best (bench/HISTORY.md)."""
-    family = f"{space.target.name}-{space.device.name}"
-    return next((p for p in (folder / f"{family}@{space.template.name}.json", folder / f"{family}.json")
-                 if p.exists()), None)
 
 
 _PRETRAINED: dict = {}   # (model, path, mtime) -> its global model: every task of a run shares one

@@ -128,8 +128,7 @@ def load(path: str) -> Dataset:
 
 def train(data: str, model, output: str) -> Dataset:
     """Pretrain `model` (a CostModel) on the dataset file `data` and save it to `output`, for a
-    model's `pretrained = "<output>"` (or, named `<target>-<cpu>.json` or `<target>-<cpu>@<template>.json`
-    in a folder, `pretrained = "<folder>"`; beside a plugin, `true`)."""
+    model's `pretrained = "<output>"` (or, as `<target>-<cpu>[@<template>].json` in a folder, "<folder>")."""
     dataset = load(data)
     if len(np.unique(dataset.task)) < 2:
         raise ArgumentError(f"{data}: trials of one task only; a model that carries over to new tasks "
