@@ -128,6 +128,13 @@ def test_without_a_file_for_the_device_the_model_falls_back_with_one_line(null, 
     assert len(err) == 1 and err[0].startswith("warning: xgboost: no pretrained model for null-"), err
 
 
+def test_a_plugin_that_ships_no_folder_falls_back_too(null, tmp_path, monkeypatch):
+    from tunekit_plugins.models import gbt_common
+    monkeypatch.setattr(gbt_common, "pretrained_dir", lambda model: tmp_path / "no-such-folder")
+    with pytest.warns(UserWarning, match=r"no pretrained model for null-\S+ \(shipped: none\)"):
+        _model(pretrained=True).start(_space(8, 8, 8))
+
+
 def test_a_folder_gives_each_task_its_templates_model_else_its_cpus(pretrained, null, tmp_path):
     ts = _space(8, 8, 8)
     family = f"{ts.target.name}-{ts.device.name}"

@@ -299,7 +299,7 @@ class GBTModel(tunekit.CostModel):
         if want is False:
             return
         folder = pretrained_dir(self) if want is True else Path(want)
-        if folder.is_dir():   # the CPU's file for the task's template, else its file for every template
+        if want is True or folder.is_dir():   # the CPU's file for the task's template, else for every one
             family = f"{space.target.name}-{space.device.name}"
             found = [p for p in (folder / f"{family}@{space.template.name}.json", folder / f"{family}.json")
                      if p.exists()]
