@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,7 +141,7 @@ def test_a_folder_gives_each_task_its_templates_model_else_its_cpus(pretrained, 
     family = f"{ts.target.name}-{ts.device.name}"
     mine, cpus = tmp_path / f"{family}@{ts.template.name}.json", tmp_path / f"{family}.json"
     for path in (mine, cpus):
-        path.write_bytes(open(pretrained, "rb").read())
+        path.write_bytes(Path(pretrained).read_bytes())
     (tmp_path / f"{family}@other-template.json").write_text("not read: another template's")
     m = _model(pretrained=str(tmp_path))
     m.start(ts)

@@ -301,15 +301,15 @@ class GBTModel(tunekit.CostModel):
         folder = pretrained_dir(self) if want is True else Path(want)
         if want is True or folder.is_dir():   # the CPU's file for the task's template, else for every one
             family = f"{space.target.name}-{space.device.name}"
-            found = [p for p in (folder / f"{family}@{space.template.name}.json", folder / f"{family}.json")
-                     if p.exists()]
-            if not found:
+            path = next((str(p) for p in (folder / f"{family}@{space.template.name}.json", folder / f"{family}.json")
+                         if p.exists()), None)
+            if path is None:
                 have = sorted({p.stem.split("@")[0] for p in folder.glob("*.json")})
                 warnings.warn(f"{self.name}: no pretrained model for {family} ({'shipped' if want is True else folder}"
                               f": {', '.join(have) or 'none'}); the model starts from nothing and learns from this "
                               "task's trials", stacklevel=2)
                 return
-            want = str(found[0])
+            want = path
         self._global = _pretrained(self, want)
 
     def _global_margin(self, candidates) -> np.ndarray | None:
