@@ -6,7 +6,7 @@ in two runs differs by more than the top of a space is wide, so measured searche
 
 Each layer's every config is timed once, in its database under bench/results/replay/ (a rerun
 resumes). Then each method searches the table instead of the machine: the tuner's own proposal
-step (`tunekit.tuning.tuner.propose_batch`: the untuned default first, epsilon-greedy random picks;
+step (`tunekit.tuning.tuner.propose_batch`: the untuned default, epsilon-greedy random picks;
 batches of 8) with the real explorer and cost model, each "measured" config read from the table.
 It prints, per method, the median fraction of the space's best found at 8/16/32/64 trials and
 the trials to reach random search's median 64-trial best, and writes results/replay.json.
@@ -59,7 +59,8 @@ def replay(ts, table: dict, label: str, seed: int, trials: int, batch: int = 8, 
     explorer.start(ts, model, rng)
     done, curve, best, default = [], [], float("inf"), ts.space.default()
     while len(done) < trials:
-        picks = propose_batch(ts, rng, min(batch, trials - len(done)), eps, default, explorer.propose)
+        picks = propose_batch(ts, rng, min(batch, trials - len(done)), eps, default, explorer.propose,
+                             lambda idx: model.predict(ts.candidates(idx)))
         new = []
         for i in picks:
             ok = table[i] < float("inf")

@@ -56,15 +56,64 @@ def test_a_batch_is_the_default_then_the_guided_picks_then_random_ones(tmp_path,
     def guided(k):
         asked.append(k)
         return [i for i in (d, a, b) if i not in ts.measured][:k]   # the default again must not count twice
-    picks = propose_batch(ts, random.Random(0), 6, 0.0, d, guided)
-    assert picks[:3] == [d, a, b] and asked == [5] and len(set(picks)) == 6
+    cold = lambda idx: np.zeros(len(idx))   # a model that knows nothing yet: every score alike
+    picks = propose_batch(ts, random.Random(0), 6, 0.0, d, guided, cold)
+    assert picks[:3] == [d, a, b] and asked == [6] and len(set(picks)) == 6
     assert all(ts.space.valid(i) for i in picks[3:])
     ts.measured = {d, a}
-    picks = propose_batch(ts, random.Random(0), 4, 0.0, d, guided)
+    picks = propose_batch(ts, random.Random(0), 4, 0.0, d, guided, cold)
     assert picks[0] == b and not ts.measured & set(picks) and len(set(picks)) == 4
     asked.clear()
-    picks = propose_batch(ts, random.Random(0), 4, 1.0, d, guided)   # epsilon 1: every pick at random
+    picks = propose_batch(ts, random.Random(0), 4, 1.0, d, guided, cold)   # epsilon 1: every pick at random
     assert asked == [0] and len(set(picks)) == 4 and not ts.measured & set(picks)
+
+
+def test_a_model_that_ranks_the_default_below_its_picks_defers_it_to_the_second_batch(tmp_path, null):
+    import random
+
+    from tunekit.tuning.tuner import propose_batch
+    ts = tunekit.tune([task(16)], target="null", trials=1, database=str(tmp_path / "t.db"))[0].ts
+    d = ts.space.default()
+    a, b, c = [i for i in ts.space.sample(random.Random(1), 8) if i != d][:3]
+    guided = lambda k: [i for i in (a, b, c) if i not in ts.measured][:k]
+    knows = lambda idx: np.array([-1.0 if i == d else 1.0 for i in idx])   # e.g. a pretrained model
+    ts.measured = set()
+    assert propose_batch(ts, random.Random(0), 3, 0.0, d, guided, knows) == [a, b, c]
+    above_one = lambda idx: np.array([{d: 0.5, a: 1.0, b: 1.0}.get(i, 0.0) for i in idx])
+    assert propose_batch(ts, random.Random(0), 3, 0.0, d, guided, above_one) == [d, a, b]
+    ts.measured = {a}   # not the task's first batch: the default waits no longer
+    assert propose_batch(ts, random.Random(0), 2, 0.0, d, guided, knows) == [d, b]
+
+
+class Knower(tunekit.CostModel):
+    """Scores the untuned default below every other config, before any fit (a test model)."""
+    name = "knower"
+
+    def start(self, space):
+        self.default = space.space.default()
+
+    def fit(self, trials):
+        pass
+
+    def predict(self, candidates):
+        return np.array([-1.0 if c.index == self.default else 0.0 for c in candidates])
+
+
+class KnowerPlugin:
+    @tunekit.hookimpl
+    def tunekit_cost_models(self):
+        return [Knower]
+
+
+def test_the_tuner_asks_the_model_whether_the_default_goes_first(tmp_path, null):
+    tunekit.register_plugin(KnowerPlugin(), "knower")
+    try:
+        st = tunekit.tune([task(16)], target="null", model="knower", explorer="annealing", trials=8,
+                          database=str(tmp_path / "t.db"), tuning={"batch_size": 4, "epsilon": 0.0})[0]
+    finally:
+        tunekit.unregister_plugin("knower")
+    first, second = [t.index for t in st.trials[:4]], [t.index for t in st.trials[4:]]
+    assert st.default not in first and st.default in second
 
 
 class Recorder(tunekit.CostModel):

@@ -73,14 +73,19 @@ class TaskState:
         self.curve.append(self.best.cost if self.best else float("inf"))
 
 
-def propose_batch(ts, rng: random.Random, n: int, epsilon: float, default: int, guided) -> list[int]:
+def propose_batch(ts, rng: random.Random, n: int, epsilon: float, default: int, guided, score) -> list[int]:
     """Choose up to `n` distinct unmeasured configs of a task (`ts`, its TaskSpace) to measure next: the
     template's untuned `default` while unmeasured (a task's best is then never worse than an untuned build),
     the explorer's picks (`guided(k)`: up to k distinct unmeasured ones), and about `epsilon` of the batch
-    drawn at random from `rng` (the paper's epsilon-greedy, whatever the explorer)."""
-    first = [] if default in ts.measured else [default]
-    want = n - len(first) - sum(rng.random() < epsilon for _ in range(n - len(first)))
-    picks = first + [i for i in guided(want) if i not in first]
+    drawn at random from `rng` (the paper's epsilon-greedy, whatever the explorer). In a task's first batch,
+    a model that scores (`score(indices)`) the default below every pick, as a pretrained one can, has the
+    default's place too: the default waits for the next batch."""
+    pending = default not in ts.measured
+    want = n - sum(rng.random() < epsilon for _ in range(n - pending))
+    picks = [i for i in guided(want) if i != default]
+    s = score([default] + picks) if pending and picks and not ts.measured else None
+    if pending and (s is None or s[0] >= s[1:].min()):
+        picks = [default] + picks[:want - 1]
     seen = ts.measured | set(picks)
     extra = [i for i in ts.space.sample(rng, 2 * (n - len(picks)) + 4) if i not in seen]
     return picks + extra[: n - len(picks)]
@@ -134,7 +139,8 @@ class Tuner:
 
     def _propose(self, st: TaskState, n: int) -> list[int]:
         return propose_batch(st.ts, st.rng, n, self.recipe.tuning.epsilon, st.default,
-                             lambda k: self.guard.proposals(st.explorer, st.ts, st.explorer.propose(k), k))
+                             lambda k: self.guard.proposals(st.explorer, st.ts, st.explorer.propose(k), k),
+                             lambda idx: self.guard.model(st.model).predict(st.ts.candidates(idx)))
 
     def run(self) -> list[TaskState]:
         """Tune to the end of the budget. Ctrl-C or SIGTERM stops it after closing the
