@@ -58,7 +58,7 @@ def test_a_batch_is_the_default_then_the_guided_picks_then_random_ones(tmp_path,
         return [i for i in (d, a, b) if i not in ts.measured][:k]   # the default again must not count twice
     cold = lambda idx: np.zeros(len(idx))   # a model that knows nothing yet: every score alike
     picks = propose_batch(ts, random.Random(0), 6, 0.0, d, guided, cold)
-    assert picks[:3] == [d, a, b] and asked == [6] and len(set(picks)) == 6
+    assert picks[:3] == [d, a, b] and asked == [5] and len(set(picks)) == 6
     assert all(ts.space.valid(i) for i in picks[3:])
     ts.measured = {d, a}
     picks = propose_batch(ts, random.Random(0), 4, 0.0, d, guided, cold)
@@ -75,12 +75,19 @@ def test_a_model_that_ranks_the_default_below_its_picks_defers_it_to_the_second_
     ts = tunekit.tune([task(16)], target="null", trials=1, database=str(tmp_path / "t.db"))[0].ts
     d = ts.space.default()
     a, b, c = [i for i in ts.space.sample(random.Random(1), 8) if i != d][:3]
-    guided = lambda k: [i for i in (a, b, c) if i not in ts.measured][:k]
+    proposed = []
+
+    def guided(k):   # as explorers do: never the same pick twice
+        out = [i for i in (a, b, c) if i not in ts.measured and i not in proposed][:k]
+        proposed.extend(out)
+        return out
     knows = lambda idx: np.array([-1.0 if i == d else 1.0 for i in idx])   # e.g. a pretrained model
     ts.measured = set()
-    assert propose_batch(ts, random.Random(0), 3, 0.0, d, guided, knows) == [a, b, c]
-    above_one = lambda idx: np.array([{d: 0.5, a: 1.0, b: 1.0}.get(i, 0.0) for i in idx])
+    assert propose_batch(ts, random.Random(0), 3, 0.0, d, guided, knows) == [c, a, b]   # c: the pick in its place
+    proposed.clear()
+    above_one = lambda idx: np.array([{d: 0.5, a: 1.0, b: 0.0}.get(i, 0.0) for i in idx])
     assert propose_batch(ts, random.Random(0), 3, 0.0, d, guided, above_one) == [d, a, b]
+    proposed.clear()
     ts.measured = {a}   # not the task's first batch: the default waits no longer
     assert propose_batch(ts, random.Random(0), 2, 0.0, d, guided, knows) == [d, b]
 

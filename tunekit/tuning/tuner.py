@@ -78,14 +78,14 @@ def propose_batch(ts, rng: random.Random, n: int, epsilon: float, default: int, 
     template's untuned `default` while unmeasured (a task's best is then never worse than an untuned build),
     the explorer's picks (`guided(k)`: up to k distinct unmeasured ones), and about `epsilon` of the batch
     drawn at random from `rng` (the paper's epsilon-greedy, whatever the explorer). In a task's first batch,
-    a model that scores (`score(indices)`) the default below every pick, as a pretrained one can, has the
-    default's place too: the default waits for the next batch."""
-    pending = default not in ts.measured
-    want = n - sum(rng.random() < epsilon for _ in range(n - pending))
-    picks = [i for i in guided(want) if i != default]
-    s = score([default] + picks) if pending and picks and not ts.measured else None
-    if pending and (s is None or s[0] >= s[1:].min()):
-        picks = [default] + picks[:want - 1]
+    a model that scores (`score(indices)`) the default below every pick, as a pretrained one can, gives
+    its place to one more pick: the default waits for the next batch."""
+    first = [] if default in ts.measured else [default]
+    want = n - len(first) - sum(rng.random() < epsilon for _ in range(n - len(first)))
+    picks = [i for i in guided(want) if i not in first]
+    if first and picks and not ts.measured and (s := score(first + picks))[0] < s[1:].min():
+        first = [i for i in guided(1) if i not in picks and i != default]
+    picks = first + picks
     seen = ts.measured | set(picks)
     extra = [i for i in ts.space.sample(rng, 2 * (n - len(picks)) + 4) if i not in seen]
     return picks + extra[: n - len(picks)]
